@@ -1,0 +1,1 @@
+"""Symbolic tensors, dtypes, the choice source and the operator-spec base."""

@@ -1,0 +1,237 @@
+"""The operator-spec base class and the meta-classes most specs are built from.
+
+A spec is declarative: class attributes say which dtypes and ranks it takes and
+which symbolic integer attributes it has; `requires` and `type_transfer` are
+pure functions of symbolic shapes returning Z3 terms. Discrete, rank-dependent
+parameters (axes, permutations, modes) are drawn in `setup` from the
+`ChoiceSource` handed in, never from a global RNG. `forward` is the PyTorch
+materialization and sees only concrete values, so a GraphIR can be rebuilt
+without Z3.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+import torch
+import z3
+
+from nnsmith_cov.abstract.choice import ChoiceSource
+from nnsmith_cov.abstract.dtype import DType
+from nnsmith_cov.abstract.tensor import AbsTensor, Dim
+
+MAX_RANK = 5
+ANY_RANK: tuple[int, ...] = tuple(range(MAX_RANK + 1))
+NONSCALAR: tuple[int, ...] = tuple(range(1, MAX_RANK + 1))
+
+# (input dtypes, output dtypes): one accepted combination.
+Sig = tuple[tuple[DType, ...], tuple[DType, ...]]
+# (dtype, rank): what type matching looks at.
+Slot = tuple[DType, int]
+
+
+class AttrKind(enum.Enum):
+    """How attribute binning (Algorithm 2) ranges a symbolic attribute."""
+
+    SIZE = "size"  # >= 1: k exponential bins
+    PAD = "pad"  # >= 0: a bin holding only 0, then the exponential bins
+    SIGNED = "signed"  # any sign: the 0 bin and the exponential bins mirrored
+    FREE = "free"  # no generic bins; the spec's `bin_constraints` ranges it
+
+
+def same(dtypes: Sequence[DType], n_in: int = 1, n_out: int = 1) -> list[Sig]:
+    """Signatures where every input and output has one common dtype."""
+    return [((d,) * n_in, (d,) * n_out) for d in dtypes]
+
+
+def into(dtypes: Sequence[DType], out: DType, n_in: int = 1) -> list[Sig]:
+    """Signatures with inputs of one common dtype and a fixed output dtype."""
+    return [((d,) * n_in, (out,)) for d in dtypes]
+
+
+class Attrs(dict):
+    """Concrete attributes of one instruction, readable as `a.name`."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+class OpSpec:
+    """Base of every operator specification.
+
+    Class attributes: `sigs` (accepted dtype combinations), `in_ranks` (the
+    ranks each input accepts; its length is the arity), `attrs` (symbolic
+    integer attributes and how they are binned), `param_inputs` (inputs that
+    forward insertion always feeds from a fresh placeholder, made a weight),
+    `vulnerable` (can yield NaN/Inf on valid shapes; for the value search),
+    `torch_fn` (the function `forward` calls by default).
+    """
+
+    sigs: ClassVar[list[Sig]]
+    in_ranks: ClassVar[tuple[tuple[int, ...], ...]] = (ANY_RANK,)
+    attrs: ClassVar[dict[str, AttrKind]] = {}
+    param_inputs: ClassVar[tuple[int, ...]] = ()
+    vulnerable: ClassVar[bool] = False
+    torch_fn: ClassVar[Callable[..., Any] | None] = None
+
+    def __init__(self, uid: int) -> None:
+        self.uid = uid
+        self.sym: dict[str, z3.ArithRef] = {}
+        self.kinds: dict[str, AttrKind] = {}
+        self.params: dict[str, Any] = {}
+        for name, kind in self.attrs.items():
+            self.new_attr(name, kind)
+
+    # -- declaration helpers -------------------------------------------------
+    @classmethod
+    def name(cls) -> str:
+        return cls.__name__
+
+    @classmethod
+    def arity(cls) -> int:
+        return len(cls.in_ranks)
+
+    @classmethod
+    def n_outputs(cls) -> int:
+        return len(cls.sigs[0][1])
+
+    def new_attr(self, name: str, kind: AttrKind = AttrKind.SIZE) -> z3.ArithRef:
+        """A fresh symbolic attribute; specs with rank-dependent attrs call it in `setup`."""
+        sym = z3.Int(f"{self.name()}{self.uid}.{name}")
+        self.sym[name] = sym
+        self.kinds[name] = kind
+        return sym
+
+    def __getattr__(self, name: str) -> z3.ArithRef:
+        sym = self.__dict__.get("sym")
+        if sym is not None and name in sym:
+            return sym[name]
+        raise AttributeError(name)
+
+    # -- what specs override ---------------------------------------------------
+    def setup(self, draw: ChoiceSource, ins: list[Slot]) -> None:
+        """Draw discrete parameters once input dtypes and ranks are known."""
+
+    def requires(self, x: list[AbsTensor]) -> list[z3.BoolRef]:
+        """Constraints on inputs and attributes for the op to be valid."""
+        return []
+
+    def type_transfer(self, x: list[AbsTensor]) -> list[AbsTensor]:
+        raise NotImplementedError
+
+    def infer_input_types(self, draw: ChoiceSource, out: Slot) -> list[Slot] | None:
+        """Input dtypes and ranks that can produce `out` (backward insertion).
+
+        The default suits shape-preserving ops: every input takes the output's
+        rank. It calls `setup`, leaving the op ready for `type_transfer`.
+        """
+        dtype, rank = out
+        sigs = [s for s in self.sigs if s[1][0] == dtype]
+        if not sigs or any(rank not in r for r in self.in_ranks):
+            return None
+        ins_dt = draw.choice("sig", sigs)[0]
+        ins = [(d, rank) for d in ins_dt]
+        self.setup(draw, ins)
+        return ins
+
+    def bin_constraints(self, draw: ChoiceSource, x: list[AbsTensor]) -> list[z3.BoolRef]:
+        """Specialized binning for FREE attributes (e.g. slice ranges)."""
+        return []
+
+    def out_dtypes(self, ins: Sequence[DType]) -> tuple[DType, ...]:
+        for sig_in, sig_out in self.sigs:
+            if tuple(sig_in) == tuple(ins):
+                return sig_out
+        raise ValueError(f"{self.name()} takes no {list(ins)}")
+
+    @classmethod
+    def forward(cls, a: Attrs, *xs: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        """The PyTorch computation, from concrete attributes."""
+        assert cls.torch_fn is not None, f"{cls.name()} defines neither forward nor torch_fn"
+        return cls.torch_fn(*xs)
+
+    # -- after solving ---------------------------------------------------------
+    def concrete_attrs(self, model: z3.ModelRef) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            k: model.eval(v, model_completion=True).as_long() for k, v in self.sym.items()
+        }
+        out.update(self.params)
+        return out
+
+    def __repr__(self) -> str:
+        return f"{self.name()}#{self.uid}"
+
+
+# ---------------------------------------------------------------------------
+# Meta-classes
+# ---------------------------------------------------------------------------
+
+
+class Elementwise(OpSpec):
+    """Output shape = input shape (unary elementwise ops and their kin)."""
+
+    def type_transfer(self, x: list[AbsTensor]) -> list[AbsTensor]:
+        dt = self.out_dtypes([t.dtype for t in x])
+        return [AbsTensor(list(x[0].shape), dt[0])]
+
+
+class Broadcast(OpSpec):
+    """N-ary ops with NumPy broadcasting (binary arithmetic, comparisons, Where).
+
+    `setup` draws, per aligned dim, which inputs are broadcast (size 1) and
+    which carry the full size, so the constraints stay linear.
+    """
+
+    in_ranks = (ANY_RANK, ANY_RANK)
+
+    def setup(self, draw: ChoiceSource, ins: list[Slot]) -> None:
+        out_rank = max(r for _, r in ins)
+        pattern = []
+        for pos in range(out_rank):
+            having = [i for i, (_, r) in enumerate(ins) if pos >= out_rank - r]
+            # Equal sizes are the common case; broadcasting one side stays frequent.
+            ones = [i for i in having if len(having) > 1 and draw.coin("bcast_one", 0.25)]
+            pattern.append(ones)
+        self.params["bcast"] = pattern
+
+    def type_transfer(self, x: list[AbsTensor]) -> list[AbsTensor]:
+        out_rank = max(t.rank for t in x)
+        shape: list[Dim] = []
+        for pos in range(out_rank):
+            full = [t.shape[pos - (out_rank - t.rank)] for i, t in enumerate(x) if self._full(i, pos, t)]
+            shape.append(full[0] if full else 1)
+        dt = self.out_dtypes([t.dtype for t in x])
+        return [AbsTensor(shape, dt[0])]
+
+    def _full(self, i: int, pos: int, t: AbsTensor) -> bool:
+        out_rank = len(self.params["bcast"])
+        return pos >= out_rank - t.rank and i not in self.params["bcast"][pos]
+
+    def requires(self, x: list[AbsTensor]) -> list[z3.BoolRef]:
+        out_rank = max(t.rank for t in x)
+        cons = []
+        for pos in range(out_rank):
+            dims = [(i, t.shape[pos - (out_rank - t.rank)]) for i, t in enumerate(x) if pos >= out_rank - t.rank]
+            full = [d for i, d in dims if i not in self.params["bcast"][pos]]
+            cons += [d == 1 for i, d in dims if i in self.params["bcast"][pos]]
+            cons += [d == full[0] for d in full[1:]]
+        return cons
+
+    def infer_input_types(self, draw: ChoiceSource, out: Slot) -> list[Slot] | None:
+        dtype, rank = out
+        sigs = [s for s in self.sigs if s[1][0] == dtype]
+        if not sigs:
+            return None
+        ins_dt = draw.choice("sig", sigs)[0]
+        # One input keeps the output rank; the others may be lower and broadcast.
+        keeper = draw.index("bcast_keeper", len(ins_dt))
+        ranks = [rank if i == keeper else draw.integer("bcast_rank", 0, rank) for i in range(len(ins_dt))]
+        ins = [(d, r) for d, r in zip(ins_dt, ranks)]
+        self.setup(draw, ins)
+        return ins
+

@@ -1,0 +1,368 @@
+"""Graph generation (Algorithm 1): forward and backward insertion under Z3.
+
+The generator grows a connected graph from a single placeholder. Every random
+decision is drawn from one `ChoiceSource`; the choices that a scheduler may
+bias (operator weights, forward probability, bin weights, graph size) come in
+through `GenConfig`, and `GenRecord` reports which ones were actually taken.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import z3
+
+from nnsmith_cov.abstract.choice import ChoiceSource
+from nnsmith_cov.abstract.dtype import DType
+from nnsmith_cov.abstract.op import AttrKind, OpSpec
+from nnsmith_cov.abstract.tensor import AbsTensor
+from nnsmith_cov.gen.binning import BinChoice, draw_bin, weights_for
+from nnsmith_cov.gen.graph_ir import GraphIR, Inst
+from nnsmith_cov.gen.solver import BudgetSolver, SolverTimeout
+
+# Rank of the first placeholder: mostly 2-4, as real models are.
+_FIRST_RANK_WEIGHTS = (1, 2, 3, 4, 4, 1)
+
+
+class GenerationError(Exception):
+    """No graph could be made within the budget."""
+
+
+@dataclass
+class GenConfig:
+    """What a graph is made from; every field is a knob a scheduler may turn."""
+
+    nodes: int = 10
+    ops: Sequence[type[OpSpec]] = ()
+    op_weights: Mapping[str, float] | None = None
+    forward_prob: float = 0.5
+    binning: bool = True
+    bins: int = 7
+    bin_weights: Mapping[str, Sequence[float]] | None = None
+    max_elems: int = 1 << 16
+    weight_prob: float = 0.5  # a free placeholder becomes a weight (else a model input)
+    timeout_ms: int = 5000
+    max_tries_per_node: int = 30
+    # (dtype, rank) pairs no value may take. PyTorch's TorchScript exporter
+    # treats 0-d float64 tensors as Python scalars and demotes them to float32,
+    # so the exported model would not compute what the graph says.
+    excluded: frozenset[tuple[DType, int]] = frozenset({(DType.float64, 0)})
+
+    def __post_init__(self) -> None:
+        if self.nodes < 1:
+            raise ValueError("nodes must be at least 1")
+        if not 0.0 <= self.forward_prob <= 1.0:
+            raise ValueError("forward_prob must be in [0, 1]")
+        if self.bins < 2:
+            raise ValueError("bins must be at least 2")
+        if self.max_elems < 1:
+            raise ValueError("max_elems must be at least 1")
+
+
+@dataclass
+class GenRecord:
+    """What the generator actually did, for rewards and for reports."""
+
+    seed: int
+    ops: list[str] = field(default_factory=list)
+    directions: list[str] = field(default_factory=list)
+    bins: list[BinChoice] = field(default_factory=list)
+    tries: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
+    solver_checks: int = 0
+    solve_ms: float = 0.0
+    gen_ms: float = 0.0
+    draws: list[tuple[str, int | float]] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {
+            "seed": self.seed,
+            "ops": self.ops,
+            "directions": self.directions,
+            "bins": [vars(b) for b in self.bins],
+            "tries": self.tries,
+            "rejected": self.rejected,
+            "solver_checks": self.solver_checks,
+            "solve_ms": round(self.solve_ms, 3),
+            "gen_ms": round(self.gen_ms, 3),
+        }
+
+
+@dataclass
+class Generated:
+    graph: GraphIR
+    record: GenRecord
+
+
+@dataclass
+class _Value:
+    tensor: AbsTensor
+    producer: int | None = None  # index of the defining op; None while a placeholder
+    param: bool = False  # placeholder created for a weight-like input
+
+
+@dataclass
+class _Node:
+    op: OpSpec
+    inputs: list[int]
+    outputs: list[int]
+
+
+class _Builder:
+    """The mutable graph while it is being generated."""
+
+    def __init__(self, cfg: GenConfig, draw: ChoiceSource, solver: BudgetSolver) -> None:
+        self.cfg, self.draw, self.solver = cfg, draw, solver
+        self.values: list[_Value] = []
+        self.nodes: list[_Node] = []
+        self._sym_count = 0
+
+    # -- symbols -------------------------------------------------------------------
+    def fresh_tensor(self, dtype: DType, rank: int) -> AbsTensor:
+        shape = []
+        for _ in range(rank):
+            shape.append(z3.Int(f"d{self._sym_count}"))
+            self._sym_count += 1
+        return AbsTensor(shape, dtype)
+
+    def allowed(self, ts: list[AbsTensor]) -> bool:
+        return all((t.dtype, t.rank) not in self.cfg.excluded for t in ts)
+
+    def well_sized(self, t: AbsTensor) -> list[z3.BoolRef]:
+        """Positive dims and the element cap: applies to every tensor, weights too."""
+        cons = t.positive()
+        if t.rank:
+            cons.append(t.nelement() <= self.cfg.max_elems)
+        return cons
+
+    def placeholders(self) -> list[int]:
+        return [i for i, v in enumerate(self.values) if v.producer is None]
+
+    # -- insertion -----------------------------------------------------------------
+    def forward(self, op: OpSpec) -> bool:
+        sigs = []
+        for sig in op.sigs:
+            cands = []
+            for i, (dt, ranks) in enumerate(zip(sig[0], op.in_ranks)):
+                if i in op.param_inputs:
+                    cands.append(None)
+                    continue
+                match = [v for v, val in enumerate(self.values) if val.tensor.dtype == dt and val.tensor.rank in ranks]
+                if not match:
+                    break
+                cands.append(match)
+            else:
+                sigs.append((sig, cands))
+        if not sigs:
+            return False
+        sig, cands = self.draw.choice("fwd.sig", sigs)
+        ins: list[AbsTensor] = []
+        picked: list[int | None] = []
+        for i, c in enumerate(cands):
+            if c is None:
+                rank = self.draw.choice("fwd.param_rank", op.in_ranks[i])
+                ins.append(self.fresh_tensor(sig[0][i], rank))
+                picked.append(None)
+            else:
+                v = self.draw.choice("fwd.input", c)
+                ins.append(self.values[v].tensor)
+                picked.append(v)
+        op.setup(self.draw, [(t.dtype, t.rank) for t in ins])
+        outs = op.type_transfer(ins)
+        if not self.allowed(ins + outs):
+            return False
+        cons = list(op.requires(ins))
+        for t in outs:
+            cons += self.well_sized(t)
+        for t, v in zip(ins, picked):
+            if v is None:
+                cons += self.well_sized(t)
+        if not self.solver.try_add(cons):
+            return False
+        node_inputs = []
+        for t, v in zip(ins, picked):
+            if v is None:
+                self.values.append(_Value(t, param=True))
+                v = len(self.values) - 1
+            node_inputs.append(v)
+        out_ids = []
+        for t in outs:
+            self.values.append(_Value(t, producer=len(self.nodes)))
+            out_ids.append(len(self.values) - 1)
+        self.nodes.append(_Node(op, node_inputs, out_ids))
+        return True
+
+    def backward(self, op: OpSpec) -> bool:
+        if op.n_outputs() != 1:
+            return False
+        out_dtypes = {s[1][0] for s in op.sigs}
+        cands = [v for v in self.placeholders() if self.values[v].tensor.dtype in out_dtypes]
+        if not cands:
+            return False
+        target = self.draw.choice("bwd.placeholder", cands)
+        tt = self.values[target].tensor
+        slots = op.infer_input_types(self.draw, (tt.dtype, tt.rank))
+        if slots is None:
+            return False
+        ins = [self.fresh_tensor(dt, r) for dt, r in slots]
+        (out,) = op.type_transfer(ins)
+        if out.rank != tt.rank or out.dtype != tt.dtype or not self.allowed(ins):
+            return False
+        cons = list(op.requires(ins))
+        cons += [a == b for a, b in zip(out.shape, tt.shape)]
+        for t in ins:
+            cons += self.well_sized(t)
+        if not self.solver.try_add(cons):
+            return False
+        in_ids = []
+        for i, t in enumerate(ins):
+            self.values.append(_Value(t, param=i in op.param_inputs))
+            in_ids.append(len(self.values) - 1)
+        self.values[target].producer = len(self.nodes)
+        self.values[target].param = False
+        self.nodes.append(_Node(op, in_ids, [target]))
+        return True
+
+    # -- binning -------------------------------------------------------------------
+    def binning(self, record: GenRecord) -> None:
+        cfg, draw = self.cfg, self.draw
+        items: list[tuple[BinChoice, z3.BoolRef]] = []
+
+        def add(owner: str, attr: str, sym: z3.ArithRef, kind: AttrKind) -> None:
+            b, c = draw_bin(draw, sym, kind, cfg.bins, weights_for(cfg.bin_weights, kind, cfg.bins))
+            items.append((BinChoice(owner, attr, kind.value, b), c))
+
+        for node in self.nodes:
+            for name, sym in node.op.sym.items():
+                if node.op.kinds[name] is not AttrKind.FREE:
+                    add(repr(node.op), name, sym, node.op.kinds[name])
+            ins = [self.values[v].tensor for v in node.inputs]
+            for k, c in enumerate(node.op.bin_constraints(draw, ins)):
+                items.append((BinChoice(repr(node.op), f"special{k}", AttrKind.FREE.value, 0), c))
+        for v in self.placeholders():
+            for d, sym in enumerate(self.values[v].tensor.shape):
+                if isinstance(sym, z3.ExprRef):
+                    add(f"placeholder#{v}", f"dim{d}", sym, AttrKind.SIZE)
+
+        # Drop a random half until the set fits (Algorithm 2, last loop).
+        while items:
+            try:
+                if self.solver.try_add([c for _, c in items]):
+                    break
+            except SolverTimeout:
+                items = []
+                break
+            keep = sorted(draw.sample("bin.keep", range(len(items)), len(items) // 2))
+            for i in set(range(len(items))) - set(keep):
+                items[i][0].kept = False
+                record.bins.append(items[i][0])
+            items = [items[i] for i in keep]
+        record.bins.extend(b for b, _ in items)
+
+    # -- concretization -------------------------------------------------------------
+    def to_graph(self, model: z3.ModelRef) -> GraphIR:
+        order = self._topo_order()
+        vid: dict[int, int] = {}
+        types = []
+
+        def number(v: int) -> int:
+            if v not in vid:
+                vid[v] = len(types)
+                types.append(self.values[v].tensor.concrete(model))
+            return vid[v]
+
+        inputs, weights = [], []
+        for v in self.placeholders():
+            # Weight-like inputs (Conv kernels, ...) stay weights; the rest is drawn.
+            is_weight = self.values[v].param or self.draw.coin("placeholder.weight", self.cfg.weight_prob)
+            (weights if is_weight else inputs).append(v)
+        if not inputs and weights:
+            # A model needs at least one input to be worth compiling.
+            free = [v for v in weights if not self.values[v].param] or weights
+            first = free[0]
+            weights.remove(first)
+            inputs.append(first)
+        inputs = [number(v) for v in inputs]
+        weights = [number(v) for v in weights]
+        insts = []
+        consumed: set[int] = set()
+        for k in order:
+            node = self.nodes[k]
+            ins = tuple(vid[v] for v in node.inputs)
+            consumed.update(ins)
+            outs = tuple(number(v) for v in node.outputs)
+            insts.append(Inst(node.op.name(), node.op.concrete_attrs(model), ins, outs))
+        outputs = [v for v in range(len(types)) if v not in consumed and v not in inputs and v not in weights]
+        return GraphIR(types, inputs, weights, insts, outputs)
+
+    def _topo_order(self) -> list[int]:
+        # Backward insertion adds producers after their consumers; sort by
+        # dependencies, breaking ties by insertion order (deterministic).
+        done: set[int] = set()
+        order: list[int] = []
+        pending = list(range(len(self.nodes)))
+        while pending:
+            for k in pending:
+                deps = [self.values[v].producer for v in self.nodes[k].inputs]
+                if all(d is None or d in done for d in deps):
+                    order.append(k)
+                    done.add(k)
+                    pending.remove(k)
+                    break
+            else:  # pragma: no cover - insertion never makes cycles
+                raise GenerationError("cycle in generated graph")
+        return order
+
+
+def generate(cfg: GenConfig, seed: int, prefix: Sequence[tuple[str, int | float]] = ()) -> Generated:
+    """Make one graph of `cfg.nodes` operators; same (cfg, seed) gives the same graph."""
+    if not cfg.ops:
+        raise ValueError("no operators to generate from")
+    t0 = time.perf_counter()
+    draw = ChoiceSource(seed, prefix)
+    record = GenRecord(seed=seed)
+    solver = BudgetSolver(cfg.timeout_ms, draw.derive_seed("z3.seed"))
+    b = _Builder(cfg, draw, solver)
+    ops = list(cfg.ops)
+    weights = [cfg.op_weights.get(o.name(), 1.0) for o in ops] if cfg.op_weights else None
+    try:
+        # Any dtype an op takes or makes: the first op may be inserted either way.
+        dtypes = sorted({d for o in ops for s in o.sigs for d in (*s[0], *s[1])}, key=lambda d: d.value)
+        first = b.fresh_tensor(draw.choice("init.dtype", dtypes), draw.index("init.rank", 6, _FIRST_RANK_WEIGHTS))
+        if not b.allowed([first]):
+            first = b.fresh_tensor(first.dtype, 1)
+        if not solver.try_add(b.well_sized(first)):
+            raise GenerationError("first placeholder unsatisfiable")
+        b.values.append(_Value(first))
+        uid = 0
+        while len(b.nodes) < cfg.nodes and record.tries < cfg.nodes * cfg.max_tries_per_node:
+            record.tries += 1
+            cls = draw.choice("op", ops, weights)
+            forward = draw.coin("forward", cfg.forward_prob)
+            op = cls(uid)
+            try:
+                ok = b.forward(op) if forward else b.backward(op)
+            except SolverTimeout:
+                break  # keep what fits in the budget; binning and the model get the grace
+            if ok:
+                uid += 1
+                record.ops.append(cls.name())
+                record.directions.append("forward" if forward else "backward")
+            else:
+                record.rejected[cls.name()] = record.rejected.get(cls.name(), 0) + 1
+        if not b.nodes:
+            raise GenerationError("no operator could be inserted")
+        if cfg.binning and solver.remaining_ms() > 0:
+            b.binning(record)
+        model = solver.model()
+        graph = b.to_graph(model)
+    except SolverTimeout as e:
+        raise GenerationError(f"solver budget of {cfg.timeout_ms} ms spent ({e})") from None
+    record.solver_checks = solver.checks
+    record.solve_ms = solver.solve_s * 1000
+    record.gen_ms = (time.perf_counter() - t0) * 1000
+    record.draws = draw.record
+    return Generated(graph, record)
+

@@ -1,0 +1,162 @@
+"""GraphIR: a generated model as ordered instructions over typed values.
+
+On-disk form (JSON, `SCHEMA_VERSION` 1), value ids dense and defined before use:
+
+    {"schema": 1,
+     "values": [{"shape": [2, 3], "dtype": "f32"}, {"shape": [3], "dtype": "f32"},
+                {"shape": [2, 3], "dtype": "f32"}],
+     "inputs": [0], "weights": [1],
+     "insts": [{"op": "Add", "attrs": {"bcast": [[], [1]]}, "inputs": [0, 1], "outputs": [2]}],
+     "outputs": [2]}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from nnsmith_cov.abstract.tensor import TensorType
+
+SCHEMA_VERSION = 1
+
+
+class GraphIRError(ValueError):
+    """A GraphIR that is not well formed."""
+
+
+@dataclass(frozen=True)
+class Inst:
+    op: str
+    attrs: dict[str, Any]
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+
+    def to_json(self) -> dict:
+        return {"op": self.op, "attrs": self.attrs, "inputs": list(self.inputs), "outputs": list(self.outputs)}
+
+
+@dataclass
+class GraphIR:
+    """Values are numbered 0..n-1; `types[v]` is the concrete type of value v."""
+
+    types: list[TensorType]
+    inputs: list[int]
+    weights: list[int]
+    insts: list[Inst]
+    outputs: list[int] = field(default_factory=list)
+
+    # -- well-formedness ---------------------------------------------------------
+    def check(self, known_op: Callable[[str], bool] | None = None) -> None:
+        """Raise GraphIRError unless every value is defined once, before its uses."""
+        n = len(self.types)
+        defined: set[int] = set()
+
+        def define(v: int, where: str) -> None:
+            if not isinstance(v, int) or not 0 <= v < n:
+                raise GraphIRError(f"{where}: value {v!r} out of range")
+            if v in defined:
+                raise GraphIRError(f"{where}: value {v} defined twice")
+            defined.add(v)
+
+        for v in self.inputs:
+            define(v, "inputs")
+        for v in self.weights:
+            define(v, "weights")
+        consumed: set[int] = set()
+        for k, inst in enumerate(self.insts):
+            if known_op is not None and not known_op(inst.op):
+                raise GraphIRError(f"inst {k}: unknown op {inst.op!r}")
+            for v in inst.inputs:
+                if v not in defined:
+                    raise GraphIRError(f"inst {k} ({inst.op}): value {v} used before definition")
+                consumed.add(v)
+            for v in inst.outputs:
+                define(v, f"inst {k} ({inst.op})")
+        if len(defined) != n:
+            raise GraphIRError(f"values {sorted(set(range(n)) - defined)} never defined")
+        for v in self.outputs:
+            if v not in defined:
+                raise GraphIRError(f"output {v} undefined")
+
+    # -- JSON ----------------------------------------------------------------------
+    def to_json(self) -> dict:
+        return {
+            "schema": SCHEMA_VERSION,
+            "values": [t.to_json() for t in self.types],
+            "inputs": list(self.inputs),
+            "weights": list(self.weights),
+            "insts": [i.to_json() for i in self.insts],
+            "outputs": list(self.outputs),
+        }
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, obj: Any, known_op: Callable[[str], bool] | None = None) -> GraphIR:
+        """Parse and validate; raises GraphIRError on anything malformed."""
+        try:
+            if obj.get("schema") != SCHEMA_VERSION:
+                raise GraphIRError(f"unsupported GraphIR schema {obj.get('schema')!r}")
+            graph = cls(
+                types=[TensorType.from_json(t) for t in obj["values"]],
+                inputs=[int(v) for v in obj["inputs"]],
+                weights=[int(v) for v in obj["weights"]],
+                insts=[
+                    Inst(str(i["op"]), dict(i["attrs"]), tuple(map(int, i["inputs"])), tuple(map(int, i["outputs"])))
+                    for i in obj["insts"]
+                ],
+                outputs=[int(v) for v in obj["outputs"]],
+            )
+        except GraphIRError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise GraphIRError(f"malformed GraphIR: {type(e).__name__}: {e}") from None
+        graph.check(known_op)
+        return graph
+
+    @classmethod
+    def loads(cls, text: str, known_op: Callable[[str], bool] | None = None) -> GraphIR:
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise GraphIRError(f"not JSON: {e}") from None
+        return cls.from_json(obj, known_op)
+
+    def content_hash(self) -> str:
+        """A stable digest of the canonical JSON (same graph, same hash, any machine)."""
+        return hashlib.sha256(self.dumps().encode()).hexdigest()[:16]
+
+    # -- views -----------------------------------------------------------------------
+    def text(self) -> str:
+        """A readable listing, one line per placeholder and instruction."""
+        lines = [f"# GraphIR {self.content_hash()}: {len(self.insts)} ops"]
+        for v in self.inputs:
+            lines.append(f"v{v}: {self.types[v]} = input")
+        for v in self.weights:
+            lines.append(f"v{v}: {self.types[v]} = weight")
+        for inst in self.insts:
+            outs = ", ".join(f"v{v}: {self.types[v]}" for v in inst.outputs)
+            args = ", ".join(f"v{v}" for v in inst.inputs)
+            attrs = ", ".join(f"{k}={json.dumps(val, separators=(',', ':'))}" for k, val in sorted(inst.attrs.items()))
+            lines.append(f"{outs} = {inst.op}({args})" + (f"  {{{attrs}}}" if attrs else ""))
+        lines.append("return " + ", ".join(f"v{v}" for v in self.outputs))
+        return "\n".join(lines) + "\n"
+
+    def op_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for inst in self.insts:
+            counts[inst.op] = counts.get(inst.op, 0) + 1
+        return counts
+
+    def instance_keys(self) -> list[str]:
+        """One key per instruction: op type + input types + attributes (unique-instance counting)."""
+        keys = []
+        for inst in self.insts:
+            ins = ",".join(str(self.types[v]) for v in inst.inputs)
+            attrs = json.dumps(inst.attrs, sort_keys=True, separators=(",", ":"))
+            keys.append(f"{inst.op}({ins}){attrs}")
+        return keys

@@ -1,0 +1,1 @@
+"""GraphIR -> torch.nn.Module, and its ONNX export."""

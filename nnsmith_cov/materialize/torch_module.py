@@ -1,0 +1,79 @@
+"""Turn a GraphIR into a runnable torch.nn.Module (weights as parameters)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import torch
+
+from nnsmith_cov.abstract.op import Attrs, OpSpec
+from nnsmith_cov.abstract.tensor import TensorType
+from nnsmith_cov.gen.graph_ir import GraphIR
+
+
+def weight_name(v: int) -> str:
+    return f"w{v}"
+
+
+def input_name(v: int) -> str:
+    return f"i{v}"
+
+
+def output_name(v: int) -> str:
+    return f"o{v}"
+
+
+class GraphModule(torch.nn.Module):
+    """Executes the instructions in order; `forward` takes the model inputs.
+
+    With `expose_all`, every value is returned (inputs and weights excepted),
+    so each intermediate can be checked against its GraphIR type.
+    """
+
+    def __init__(
+        self,
+        graph: GraphIR,
+        resolve: Callable[[str], type[OpSpec]],
+        weights: Mapping[int, np.ndarray],
+        expose_all: bool = False,
+    ) -> None:
+        super().__init__()
+        self.graph = graph
+        self._specs = [resolve(inst.op) for inst in graph.insts]
+        self._attrs = []
+        for inst in graph.insts:
+            a = Attrs(inst.attrs)
+            a["in_types"] = [graph.types[v] for v in inst.inputs]
+            a["out_types"] = [graph.types[v] for v in inst.outputs]
+            self._attrs.append(a)
+        for v in graph.weights:
+            t = torch.from_numpy(np.array(weights[v]))
+            self.register_parameter(weight_name(v), torch.nn.Parameter(t, requires_grad=t.is_floating_point()))
+        defined_outs = [v for inst in graph.insts for v in inst.outputs]
+        self.returned = defined_outs if expose_all else list(graph.outputs)
+
+    def run(self, *inputs: torch.Tensor) -> dict[int, torch.Tensor]:
+        """Every value by id: what value search and NaN/Inf checks look at."""
+        env: dict[int, torch.Tensor] = dict(zip(self.graph.inputs, inputs))
+        for v in self.graph.weights:
+            env[v] = getattr(self, weight_name(v))
+        for spec, a, inst in zip(self._specs, self._attrs, self.graph.insts):
+            out = spec.forward(a, *(env[v] for v in inst.inputs))
+            outs = out if isinstance(out, tuple | list) else (out,)
+            env.update(zip(inst.outputs, outs))
+        return env
+
+    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        env = self.run(*inputs)
+        return tuple(env[v] for v in self.returned)
+
+
+def check_types(graph: GraphIR, env: Mapping[int, torch.Tensor]) -> list[str]:
+    """Mismatches between executed tensors and their GraphIR types (empty = agree)."""
+    errors = []
+    for v, t in env.items():
+        got = TensorType(tuple(t.shape), type(graph.types[v].dtype).from_torch(t.dtype))
+        if got != graph.types[v]:
+            errors.append(f"v{v}: GraphIR {graph.types[v]}, torch {got}")
+    return errors

@@ -1,0 +1,1 @@
+"""Values for a graph's inputs and weights: sampling now, gradient search next."""
