@@ -328,8 +328,11 @@ def generate(cfg: GenConfig, seed: int, prefix: Sequence[tuple[str, int | float]
     ops = list(cfg.ops)
     weights = [cfg.op_weights.get(o.name(), 1.0) for o in ops] if cfg.op_weights else None
     try:
-        # Any dtype an op takes or makes: the first op may be inserted either way.
-        dtypes = sorted({d for o in ops for s in o.sigs for d in (*s[0], *s[1])}, key=lambda d: d.value)
+        # The first op and direction are drawn before the first placeholder, whose
+        # dtype then fits that op on the side it is inserted from.
+        pending = (draw.choice("op", ops, weights), draw.coin("forward", cfg.forward_prob))
+        side = 0 if pending[1] else 1
+        dtypes = sorted({d for s in pending[0].sigs for d in s[side]}, key=lambda d: d.value)
         first = b.fresh_tensor(draw.choice("init.dtype", dtypes), draw.index("init.rank", 6, _FIRST_RANK_WEIGHTS))
         if not b.allowed([first]):
             first = b.fresh_tensor(first.dtype, 1)
@@ -339,8 +342,8 @@ def generate(cfg: GenConfig, seed: int, prefix: Sequence[tuple[str, int | float]
         uid = 0
         while len(b.nodes) < cfg.nodes and record.tries < cfg.nodes * cfg.max_tries_per_node:
             record.tries += 1
-            cls = draw.choice("op", ops, weights)
-            forward = draw.coin("forward", cfg.forward_prob)
+            cls, forward = pending or (draw.choice("op", ops, weights), draw.coin("forward", cfg.forward_prob))
+            pending = None
             op = cls(uid)
             try:
                 ok = b.forward(op) if forward else b.backward(op)
