@@ -183,43 +183,27 @@ class Elementwise(OpSpec):
 class Broadcast(OpSpec):
     """N-ary ops with NumPy broadcasting (binary arithmetic, comparisons, Where).
 
-    `setup` draws, per aligned dim, which inputs are broadcast (size 1) and
-    which carry the full size, so the constraints stay linear.
+    Each output dim is a fresh symbol that every aligned input dim either
+    equals or is 1 to; at least one input dim equals it. No If-terms reach the
+    shapes downstream, and no input is forced to 1 just because it could be:
+    the solver and binning decide where broadcasting happens.
     """
 
     in_ranks = (ANY_RANK, ANY_RANK)
 
-    def setup(self, draw: ChoiceSource, ins: list[Slot]) -> None:
-        out_rank = max(r for _, r in ins)
-        pattern = []
-        for pos in range(out_rank):
-            having = [i for i, (_, r) in enumerate(ins) if pos >= out_rank - r]
-            # Equal sizes are the common case; broadcasting one side stays frequent.
-            ones = [i for i in having if len(having) > 1 and draw.coin("bcast_one", 0.25)]
-            pattern.append(ones)
-        self.params["bcast"] = pattern
-
     def type_transfer(self, x: list[AbsTensor]) -> list[AbsTensor]:
-        out_rank = max(t.rank for t in x)
-        shape: list[Dim] = []
-        for pos in range(out_rank):
-            full = [t.shape[pos - (out_rank - t.rank)] for i, t in enumerate(x) if self._full(i, pos, t)]
-            shape.append(full[0] if full else 1)
-        dt = self.out_dtypes([t.dtype for t in x])
-        return [AbsTensor(shape, dt[0])]
-
-    def _full(self, i: int, pos: int, t: AbsTensor) -> bool:
-        out_rank = len(self.params["bcast"])
-        return pos >= out_rank - t.rank and i not in self.params["bcast"][pos]
+        rank = max(t.rank for t in x)
+        shape: list[Dim] = [z3.Int(f"{self!r}.out{pos}") for pos in range(rank)]
+        return [AbsTensor(shape, self.out_dtypes([t.dtype for t in x])[0])]
 
     def requires(self, x: list[AbsTensor]) -> list[z3.BoolRef]:
-        out_rank = max(t.rank for t in x)
+        rank = max(t.rank for t in x)
         cons = []
-        for pos in range(out_rank):
-            dims = [(i, t.shape[pos - (out_rank - t.rank)]) for i, t in enumerate(x) if pos >= out_rank - t.rank]
-            full = [d for i, d in dims if i not in self.params["bcast"][pos]]
-            cons += [d == 1 for i, d in dims if i in self.params["bcast"][pos]]
-            cons += [d == full[0] for d in full[1:]]
+        for pos in range(rank):
+            out = z3.Int(f"{self!r}.out{pos}")
+            dims = [t.shape[pos - (rank - t.rank)] for t in x if pos >= rank - t.rank]
+            cons += [z3.Or(d == out, d == 1) for d in dims]
+            cons.append(z3.Or([d == out for d in dims]))
         return cons
 
     def infer_input_types(self, draw: ChoiceSource, out: Slot) -> list[Slot] | None:

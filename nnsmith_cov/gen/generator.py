@@ -246,20 +246,27 @@ class _Builder:
                 if isinstance(sym, z3.ExprRef):
                     add(f"placeholder#{v}", f"dim{d}", sym, AttrKind.SIZE)
 
-        # Drop a random half until the set fits (Algorithm 2, last loop).
-        while items:
-            try:
-                if self.solver.try_add([c for _, c in items]):
-                    break
-            except SolverTimeout:
-                items = []
-                break
-            keep = sorted(draw.sample("bin.keep", range(len(items)), len(items) // 2))
-            for i in set(range(len(items))) - set(keep):
-                items[i][0].kept = False
-                record.bins.append(items[i][0])
-            items = [items[i] for i in keep]
+        # Algorithm 2 drops a random half of the bins until the rest fits. We
+        # split instead of discarding: each half is tried on its own, recursively,
+        # so one conflicting bin costs only itself (a few more checks, far more
+        # bins kept on graphs whose tensors share dims).
+        for b, _ in items:
+            b.kept = False  # set again for each group the solver accepts
+        order = draw.permutation("bin.order", len(items))
+        try:
+            self._add_bins([items[i] for i in order])
+        except SolverTimeout:
+            pass  # bins not reached within the budget stay unkept
         record.bins.extend(b for b, _ in items)
+
+    def _add_bins(self, items: list[tuple[BinChoice, z3.BoolRef]]) -> None:
+        if self.solver.try_add([c for _, c in items]):
+            for b, _ in items:
+                b.kept = True
+        elif len(items) > 1:
+            half = len(items) // 2
+            self._add_bins(items[:half])
+            self._add_bins(items[half:])
 
     # -- concretization -------------------------------------------------------------
     def to_graph(self, model: z3.ModelRef) -> GraphIR:
