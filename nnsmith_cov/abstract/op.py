@@ -157,9 +157,7 @@ class OpSpec:
 
     # -- after solving ---------------------------------------------------------
     def concrete_attrs(self, model: z3.ModelRef) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            k: model.eval(v, model_completion=True).as_long() for k, v in self.sym.items()
-        }
+        out: dict[str, Any] = {k: model.eval(v, model_completion=True).as_long() for k, v in self.sym.items()}
         out.update(self.params)
         return out
 
@@ -218,4 +216,3 @@ class Broadcast(OpSpec):
         ins = [(d, r) for d, r in zip(ins_dt, ranks)]
         self.setup(draw, ins)
         return ins
-

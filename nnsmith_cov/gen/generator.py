@@ -375,4 +375,3 @@ def generate(cfg: GenConfig, seed: int, prefix: Sequence[tuple[str, int | float]
     record.gen_ms = (time.perf_counter() - t0) * 1000
     record.draws = draw.record
     return Generated(graph, record)
-

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import torch
 
+from nnsmith_cov.abstract.dtype import DType
 from nnsmith_cov.abstract.op import Attrs, OpSpec
 from nnsmith_cov.abstract.tensor import TensorType
 from nnsmith_cov.gen.graph_ir import GraphIR
@@ -69,11 +70,11 @@ class GraphModule(torch.nn.Module):
         return tuple(env[v] for v in self.returned)
 
 
-def check_types(graph: GraphIR, env: Mapping[int, torch.Tensor]) -> list[str]:
-    """Mismatches between executed tensors and their GraphIR types (empty = agree)."""
+def check_types(graph: GraphIR, env: Mapping[int, torch.Tensor]) -> list[tuple[int, str]]:
+    """(value id, what) for each executed tensor whose type differs from the GraphIR's."""
     errors = []
     for v, t in env.items():
-        got = TensorType(tuple(t.shape), type(graph.types[v].dtype).from_torch(t.dtype))
+        got = TensorType(tuple(t.shape), DType.from_torch(t.dtype))
         if got != graph.types[v]:
-            errors.append(f"v{v}: GraphIR {graph.types[v]}, torch {got}")
+            errors.append((v, f"GraphIR {graph.types[v]}, torch {got}"))
     return errors

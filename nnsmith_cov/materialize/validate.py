@@ -23,9 +23,17 @@ from nnsmith_cov.ops import op_by_name
 class Agreement:
     """What disagreed; all lists empty means the three views agree."""
 
-    torch_errors: list[str] = field(default_factory=list)
-    onnx_errors: list[str] = field(default_factory=list)
+    torch_errors: list[tuple[int, str]] = field(default_factory=list)  # (value id, what)
+    onnx_errors: list[tuple[int | None, str]] = field(default_factory=list)
     checker_error: str | None = None
+
+    def culprits(self, graph: GraphIR) -> list[str]:
+        """The op that defines each disagreeing value ("<model>" when no value is named)."""
+        producer = {v: inst.op for inst in graph.insts for v in inst.outputs}
+        named = [v for v, _ in self.torch_errors + self.onnx_errors]
+        return [producer.get(v, "<model>") if v is not None else "<model>" for v in named] or (
+            ["<checker>"] if self.checker_error else []
+        )
 
     @property
     def ok(self) -> bool:
@@ -65,10 +73,10 @@ def check_agreement(graph: GraphIR, values: Mapping[int, np.ndarray]) -> Agreeme
     try:
         inferred = onnx_inferred_types(model_bytes)
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as e:
-        res.onnx_errors.append(f"shape inference failed: {str(e).splitlines()[0]}")
+        res.onnx_errors.append((None, f"shape inference failed: {str(e).splitlines()[0]}"))
         return res
     for v in module.returned:
         got = inferred.get(output_name(v), "missing")
         if got != graph.types[v]:
-            res.onnx_errors.append(f"v{v}: GraphIR {graph.types[v]}, ONNX {got}")
+            res.onnx_errors.append((v, f"GraphIR {graph.types[v]}, ONNX {got}"))
     return res
