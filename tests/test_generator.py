@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import collections
+import subprocess
+import sys
 
 import pytest
 
 from nnsmith_cov.abstract.choice import ChoiceSource, ReplayDivergence
 from nnsmith_cov.gen.generator import GenConfig, GenerationError, generate
+from nnsmith_cov.gen.graph_ir import GraphIR
 from nnsmith_cov.ops import ALL_OPS, op_by_name
 
 SEEDS = range(40)
@@ -18,6 +21,20 @@ def test_same_seed_same_graph_and_draws(cfg10):
     assert a.graph.dumps() == b.graph.dumps()
     assert a.record.draws == b.record.draws
     assert a.record.ops == b.record.ops and a.record.directions == b.record.directions
+
+
+def test_graph_does_not_depend_on_process_history(cfg10, tmp_path):
+    # Z3 answers depend on what its context saw before; each graph gets its own.
+    fresh = generate(cfg10, 5).graph.dumps()
+    for s in range(30, 40):
+        generate(cfg10, s)
+    assert generate(cfg10, 5).graph.dumps() == fresh
+    subprocess.run(
+        [sys.executable, "-m", "nnsmith_cov.cli", "generate", "--seed", "5", "-o", str(tmp_path)],
+        check=True,
+        capture_output=True,
+    )
+    assert GraphIR.loads((tmp_path / "graph.json").read_text()).dumps() == fresh
 
 
 def test_different_seeds_differ(cfg10):

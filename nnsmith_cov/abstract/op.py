@@ -20,6 +20,7 @@ import z3
 
 from nnsmith_cov.abstract.choice import ChoiceSource
 from nnsmith_cov.abstract.dtype import DType
+from nnsmith_cov.abstract.symbols import int_sym
 from nnsmith_cov.abstract.tensor import AbsTensor, Dim
 
 MAX_RANK = 5
@@ -102,7 +103,7 @@ class OpSpec:
 
     def new_attr(self, name: str, kind: AttrKind = AttrKind.SIZE) -> z3.ArithRef:
         """A fresh symbolic attribute; specs with rank-dependent attrs call it in `setup`."""
-        sym = z3.Int(f"{self.name()}{self.uid}.{name}")
+        sym = int_sym(f"{self.name()}{self.uid}.{name}")
         self.sym[name] = sym
         self.kinds[name] = kind
         return sym
@@ -191,14 +192,14 @@ class Broadcast(OpSpec):
 
     def type_transfer(self, x: list[AbsTensor]) -> list[AbsTensor]:
         rank = max(t.rank for t in x)
-        shape: list[Dim] = [z3.Int(f"{self!r}.out{pos}") for pos in range(rank)]
+        shape: list[Dim] = [int_sym(f"{self!r}.out{pos}") for pos in range(rank)]
         return [AbsTensor(shape, self.out_dtypes([t.dtype for t in x])[0])]
 
     def requires(self, x: list[AbsTensor]) -> list[z3.BoolRef]:
         rank = max(t.rank for t in x)
         cons = []
         for pos in range(rank):
-            out = z3.Int(f"{self!r}.out{pos}")
+            out = int_sym(f"{self!r}.out{pos}")
             dims = [t.shape[pos - (rank - t.rank)] for t in x if pos >= rank - t.rank]
             cons += [z3.Or(d == out, d == 1) for d in dims]
             cons.append(z3.Or([d == out for d in dims]))

@@ -31,10 +31,9 @@ class AbsTensor:
     def nelement(self) -> Dim:
         return nelement(self.shape)
 
-    def positive(self) -> list[z3.BoolRef]:
-        return [d >= 1 for d in self.shape if isinstance(d, z3.ExprRef)] + [
-            z3.BoolVal(d >= 1) for d in self.shape if not isinstance(d, z3.ExprRef)
-        ]
+    def positive(self) -> list[z3.BoolRef | bool]:
+        """dim >= 1 for each dim (plain bools for concrete dims)."""
+        return [d >= 1 for d in self.shape]
 
     def concrete(self, model: z3.ModelRef) -> TensorType:
         return TensorType(tuple(eval_int(model, d) for d in self.shape), self.dtype)

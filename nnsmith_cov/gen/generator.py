@@ -17,6 +17,7 @@ import z3
 from nnsmith_cov.abstract.choice import ChoiceSource
 from nnsmith_cov.abstract.dtype import DType
 from nnsmith_cov.abstract.op import AttrKind, OpSpec
+from nnsmith_cov.abstract.symbols import fresh_context, int_sym
 from nnsmith_cov.abstract.tensor import AbsTensor
 from nnsmith_cov.gen.binning import BinChoice, draw_bin, weights_for
 from nnsmith_cov.gen.graph_ir import GraphIR, Inst
@@ -123,7 +124,7 @@ class _Builder:
     def fresh_tensor(self, dtype: DType, rank: int) -> AbsTensor:
         shape = []
         for _ in range(rank):
-            shape.append(z3.Int(f"d{self._sym_count}"))
+            shape.append(int_sym(f"d{self._sym_count}"))
             self._sym_count += 1
         return AbsTensor(shape, dtype)
 
@@ -327,6 +328,11 @@ def generate(cfg: GenConfig, seed: int, prefix: Sequence[tuple[str, int | float]
     """Make one graph of `cfg.nodes` operators; same (cfg, seed) gives the same graph."""
     if not cfg.ops:
         raise ValueError("no operators to generate from")
+    with fresh_context():
+        return _generate(cfg, seed, prefix)
+
+
+def _generate(cfg: GenConfig, seed: int, prefix: Sequence[tuple[str, int | float]]) -> Generated:
     t0 = time.perf_counter()
     draw = ChoiceSource(seed, prefix)
     record = GenRecord(seed=seed)

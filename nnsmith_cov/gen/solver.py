@@ -7,6 +7,8 @@ from collections.abc import Sequence
 
 import z3
 
+from nnsmith_cov.abstract.symbols import context
+
 
 class SolverTimeout(Exception):
     """The per-graph solving budget is spent."""
@@ -20,7 +22,7 @@ class BudgetSolver:
     """
 
     def __init__(self, budget_ms: int, seed: int) -> None:
-        self._solver = z3.Solver()
+        self._solver = z3.Solver(ctx=context())
         self._solver.set("random_seed", seed)
         self._deadline = time.monotonic() + budget_ms / 1000
         self.checks = 0
