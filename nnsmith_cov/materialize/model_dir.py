@@ -37,7 +37,12 @@ def write_model_dir(out: Path, gen: Generated, exported: Exported | None) -> lis
     files = {
         "graph.json": json.dumps(gen.graph.to_json(), indent=1, sort_keys=True) + "\n",
         "graph.txt": gen.graph.text(),
-        "record.json": json.dumps(gen.record.to_json() | {"draws": gen.record.draws}, indent=1) + "\n",
+        "record.json": json.dumps(
+            gen.record.to_json()
+            | {"opset": exported.opset if exported else None, "torch": torch.__version__, "draws": gen.record.draws},
+            indent=1,
+        )
+        + "\n",
     }
     written = []
     for name, text in files.items():
