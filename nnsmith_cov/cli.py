@@ -14,6 +14,7 @@ from nnsmith_cov import __version__
 from nnsmith_cov.gen.generator import GenConfig, GenerationError, generate
 from nnsmith_cov.materialize.onnx_export import ExportError
 from nnsmith_cov.ops import ALL_OPS, select_ops
+from nnsmith_cov.search.gradient import METHODS
 
 
 class CliError(Exception):
@@ -72,6 +73,17 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=_seed, required=True)
     g.add_argument("-o", "--output", type=Path, required=True, help="output folder")
     _add_gen_flags(g)
+    g.add_argument(
+        "--search",
+        choices=METHODS,
+        default="gradient",
+        help="how inputs and weights are found (default gradient; none = one random draw)",
+    )
+    # Iterations, not time, bound the search by default, so the same seed gives
+    # the same values on any machine; the time budget is a safety net.
+    g.add_argument("--search-iters", type=_positive, default=256, help="value search iterations (default 256)")
+    g.add_argument("--search-budget-ms", type=_positive, default=5000, help="value search time cap (default 5000)")
+    g.add_argument("--no-proxy", action="store_true", help="gradient search without proxy derivatives")
 
     b = sub.add_parser("batch", help="generate, check and export many models; print a summary")
     b.add_argument("--count", type=_positive, default=100, help="models to generate (default 100)")
@@ -85,25 +97,39 @@ def _parser() -> argparse.ArgumentParser:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from nnsmith_cov.materialize.model_dir import materialize_and_export, write_model_dir
-    from nnsmith_cov.search.sampling import sample_values
+    from nnsmith_cov.search.gradient import search_values
 
     cfg = _gen_config(args)
     try:
         gen = generate(cfg, args.seed)
     except GenerationError as e:
         raise CliError(f"seed {args.seed}: {e}") from None
+    search = search_values(
+        gen.graph,
+        args.seed,
+        args.search,
+        budget_ms=args.search_budget_ms,
+        proxy=not args.no_proxy,
+        max_iters=args.search_iters,
+    )
     exported = None
     try:
-        exported = materialize_and_export(gen.graph, sample_values(gen.graph, args.seed))
+        exported = materialize_and_export(gen.graph, search.values)
     except ExportError as e:
         print(f"exporter failed (a finding about the exporter): {e}", file=sys.stderr)
     try:
-        files = write_model_dir(args.output, gen, exported)
+        files = write_model_dir(args.output, gen, exported, search)
     except OSError as e:
         raise CliError(f"cannot write {args.output}: {e.strerror}") from None
     print(gen.graph.text(), end="")
+    if not search.ok:
+        print(
+            f"value search ({args.search}) found no NaN/Inf-free values in {search.elapsed_ms:.0f} ms: "
+            f"{search.failed_op} still produces NaN/Inf; no oracle written",
+            file=sys.stderr,
+        )
     print(f"wrote {', '.join(str(f) for f in files)}")
-    return 0 if exported is not None else 1
+    return 0 if exported is not None and search.ok else 1
 
 
 def cmd_batch(args: argparse.Namespace) -> int:

@@ -69,8 +69,10 @@ class OpSpec:
     ranks each input accepts; its length is the arity), `attrs` (symbolic
     integer attributes and how they are binned), `param_inputs` (inputs that
     forward insertion always feeds from a fresh placeholder, made a weight),
-    `vulnerable` (can yield NaN/Inf on valid shapes; for the value search),
-    `torch_fn` (the function `forward` calls by default).
+    `vulnerable` (can yield NaN/Inf on valid shapes; such specs state their
+    valid domain in `domain`), `torch_fn` (the function `forward` calls by
+    default) and `proxy_fn` (the same computation with proxy derivatives,
+    used by the value search).
     """
 
     sigs: ClassVar[list[Sig]]
@@ -79,6 +81,7 @@ class OpSpec:
     param_inputs: ClassVar[tuple[int, ...]] = ()
     vulnerable: ClassVar[bool] = False
     torch_fn: ClassVar[Callable[..., Any] | None] = None
+    proxy_fn: ClassVar[Callable[..., Any] | None] = None
 
     def __init__(self, uid: int) -> None:
         self.uid = uid
@@ -155,6 +158,20 @@ class OpSpec:
         """The PyTorch computation, from concrete attributes."""
         assert cls.torch_fn is not None, f"{cls.name()} defines neither forward nor torch_fn"
         return cls.torch_fn(*xs)
+
+    @classmethod
+    def forward_proxy(cls, a: Attrs, *xs: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        """`forward` with proxy derivatives where the true gradient vanishes."""
+        return cls.proxy_fn(*xs) if cls.proxy_fn is not None else cls.forward(a, *xs)
+
+    @classmethod
+    def domain(cls, a: Attrs, *xs: torch.Tensor) -> list[torch.Tensor]:
+        """Losses of the predicates that keep the output finite (see abstract.numeric).
+
+        Each is positive exactly when its predicate is violated; empty for
+        ops that cannot produce NaN/Inf from finite inputs.
+        """
+        return []
 
     # -- after solving ---------------------------------------------------------
     def concrete_attrs(self, model: z3.ModelRef) -> dict[str, Any]:

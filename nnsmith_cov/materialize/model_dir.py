@@ -1,7 +1,16 @@
-"""A generated model on disk: model.onnx, graph.json, graph.txt, record.json."""
+"""A generated model on disk.
+
+    model.onnx    the exported model (weights as initializers)
+    graph.json    GraphIR
+    graph.txt     its readable form
+    record.json   the generator's record, every draw, the search summary, versions
+    inputs.npz    model inputs (i<v>) and weights (w<v>), when values were searched
+    oracle.npz    PyTorch's outputs (o<v>), when the search succeeded
+"""
 
 from __future__ import annotations
 
+import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,8 +21,9 @@ import torch
 from nnsmith_cov.gen.generator import Generated
 from nnsmith_cov.gen.graph_ir import GraphIR
 from nnsmith_cov.materialize.onnx_export import DEFAULT_OPSET, export_onnx
-from nnsmith_cov.materialize.torch_module import GraphModule
+from nnsmith_cov.materialize.torch_module import GraphModule, input_name, output_name, weight_name
 from nnsmith_cov.ops import op_by_name
+from nnsmith_cov.search.gradient import SearchResult
 
 
 @dataclass
@@ -31,7 +41,27 @@ def materialize_and_export(graph: GraphIR, values: dict[int, np.ndarray], opset:
     return Exported(module, inputs, export_onnx(module, inputs, opset), opset)
 
 
-def write_model_dir(out: Path, gen: Generated, exported: Exported | None) -> list[Path]:
+def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+def load_npz(path: Path) -> dict[str, np.ndarray]:
+    """Arrays of an .npz file; object arrays (pickles) are refused."""
+    with np.load(path, allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+def value_arrays(graph: GraphIR, values: dict[int, np.ndarray]) -> dict[str, np.ndarray]:
+    named = {input_name(v): values[v] for v in graph.inputs}
+    named.update({weight_name(v): values[v] for v in graph.weights})
+    return named
+
+
+def write_model_dir(
+    out: Path, gen: Generated, exported: Exported | None, search: SearchResult | None = None
+) -> list[Path]:
     """Write the model folder; returns the files written."""
     out.mkdir(parents=True, exist_ok=True)
     files = {
@@ -39,7 +69,12 @@ def write_model_dir(out: Path, gen: Generated, exported: Exported | None) -> lis
         "graph.txt": gen.graph.text(),
         "record.json": json.dumps(
             gen.record.to_json()
-            | {"opset": exported.opset if exported else None, "torch": torch.__version__, "draws": gen.record.draws},
+            | {
+                "search": search.summary() if search else None,
+                "opset": exported.opset if exported else None,
+                "torch": torch.__version__,
+                "draws": gen.record.draws,
+            },
             indent=1,
         )
         + "\n",
@@ -48,7 +83,17 @@ def write_model_dir(out: Path, gen: Generated, exported: Exported | None) -> lis
     for name, text in files.items():
         (out / name).write_text(text)
         written.append(out / name)
+    blobs: dict[str, bytes] = {}
     if exported is not None:
-        (out / "model.onnx").write_bytes(exported.onnx)
-        written.append(out / "model.onnx")
+        blobs["model.onnx"] = exported.onnx
+    if search is not None:
+        blobs["inputs.npz"] = npz_bytes(value_arrays(gen.graph, search.values))
+        if search.ok:
+            blobs["oracle.npz"] = npz_bytes({output_name(v): a for v, a in search.oracle.items()})
+    for name in ("inputs.npz", "oracle.npz"):
+        if name not in blobs:
+            (out / name).unlink(missing_ok=True)  # never leave a stale oracle beside a new graph
+    for name, data in blobs.items():
+        (out / name).write_bytes(data)
+        written.append(out / name)
     return written

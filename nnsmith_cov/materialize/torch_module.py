@@ -29,7 +29,8 @@ class GraphModule(torch.nn.Module):
     """Executes the instructions in order; `forward` takes the model inputs.
 
     With `expose_all`, every value is returned (inputs and weights excepted),
-    so each intermediate can be checked against its GraphIR type.
+    so each intermediate can be checked against its GraphIR type. With
+    `proxy`, ops run with proxy derivatives (same values, other gradients).
     """
 
     def __init__(
@@ -38,10 +39,12 @@ class GraphModule(torch.nn.Module):
         resolve: Callable[[str], type[OpSpec]],
         weights: Mapping[int, np.ndarray],
         expose_all: bool = False,
+        proxy: bool = False,
     ) -> None:
         super().__init__()
         self.graph = graph
         self._specs = [resolve(inst.op) for inst in graph.insts]
+        self._fns = [spec.forward_proxy if proxy else spec.forward for spec in self._specs]
         self._attrs = []
         for inst in graph.insts:
             a = Attrs(inst.attrs)
@@ -59,11 +62,23 @@ class GraphModule(torch.nn.Module):
         env: dict[int, torch.Tensor] = dict(zip(self.graph.inputs, inputs))
         for v in self.graph.weights:
             env[v] = getattr(self, weight_name(v))
-        for spec, a, inst in zip(self._specs, self._attrs, self.graph.insts):
-            out = spec.forward(a, *(env[v] for v in inst.inputs))
-            outs = out if isinstance(out, tuple | list) else (out,)
-            env.update(zip(inst.outputs, outs))
+        for k in range(len(self.graph.insts)):
+            self.run_inst(k, env)
         return env
+
+    def run_inst(self, k: int, env: dict[int, torch.Tensor]) -> list[torch.Tensor]:
+        """Execute instruction k on `env`, adding its outputs; returns them."""
+        inst = self.graph.insts[k]
+        out = self._fns[k](self._attrs[k], *(env[v] for v in inst.inputs))
+        outs = list(out) if isinstance(out, tuple | list) else [out]
+        env.update(zip(inst.outputs, outs))
+        return outs
+
+    def attrs(self, k: int) -> Attrs:
+        return self._attrs[k]
+
+    def spec(self, k: int) -> type[OpSpec]:
+        return self._specs[k]
 
     def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         env = self.run(*inputs)

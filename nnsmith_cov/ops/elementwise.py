@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from nnsmith_cov.abstract import numeric as num
 from nnsmith_cov.abstract.choice import ChoiceSource
 from nnsmith_cov.abstract.dtype import ALL, FLOATS, NUMERIC, SIGNED_INTS, DType
 from nnsmith_cov.abstract.op import ANY_RANK, Attrs, Broadcast, Elementwise, Slot, into, same
@@ -18,6 +19,7 @@ class UnaryFloat(Elementwise):
 
 class Relu(UnaryFloat):
     torch_fn = torch.relu
+    proxy_fn = num.relu
 
 
 class LeakyRelu(UnaryFloat):
@@ -38,10 +40,12 @@ class Selu(UnaryFloat):
 
 class HardSigmoid(UnaryFloat):
     torch_fn = F.hardsigmoid
+    proxy_fn = num.hardsigmoid
 
 
 class HardSwish(UnaryFloat):
     torch_fn = F.hardswish
+    proxy_fn = num.hardswish
 
 
 class Softsign(UnaryFloat):
@@ -74,53 +78,64 @@ class Erf(UnaryFloat):
 
 class Floor(UnaryFloat):
     torch_fn = torch.floor
+    proxy_fn = num.floor
 
 
 class Ceil(UnaryFloat):
     torch_fn = torch.ceil
+    proxy_fn = num.ceil
 
 
 class Round(UnaryFloat):
     torch_fn = torch.round
+    proxy_fn = num.round
 
 
 class Sign(UnaryFloat):
     torch_fn = torch.sign
+    proxy_fn = num.sign
 
 
 class Asin(UnaryFloat):
-    vulnerable = True  # NaN outside [-1, 1]
+    vulnerable = True
     torch_fn = torch.asin
+    domain = staticmethod(lambda a, x: [num.le0(x.abs() - 1)])
 
 
 class Acos(UnaryFloat):
-    vulnerable = True  # NaN outside [-1, 1]
+    vulnerable = True
     torch_fn = torch.acos
+    domain = staticmethod(lambda a, x: [num.le0(x.abs() - 1)])
 
 
 class Exp(UnaryFloat):
-    vulnerable = True  # overflows to Inf
+    vulnerable = True
     torch_fn = torch.exp
+    domain = staticmethod(lambda a, x: [num.le0(x - num.log_max(x.dtype))])
 
 
 class Log(UnaryFloat):
-    vulnerable = True  # NaN below 0, -Inf at 0
+    vulnerable = True
     torch_fn = torch.log
+    domain = staticmethod(lambda a, x: [num.lt0(-x)])
 
 
 class Log2(UnaryFloat):
     vulnerable = True
     torch_fn = torch.log2
+    domain = staticmethod(lambda a, x: [num.lt0(-x)])
 
 
 class Sqrt(UnaryFloat):
-    vulnerable = True  # NaN below 0
+    vulnerable = True
     torch_fn = torch.sqrt
+    domain = staticmethod(lambda a, x: [num.le0(-x)])
 
 
 class Reciprocal(UnaryFloat):
-    vulnerable = True  # Inf at 0
+    vulnerable = True
     torch_fn = torch.reciprocal
+    domain = staticmethod(lambda a, x: [num.lt0(num.tiny(x.dtype) - x.abs())])
 
 
 class Abs(Elementwise):
@@ -152,13 +167,27 @@ class Clip(Elementwise):
     def forward(a: Attrs, x: torch.Tensor) -> torch.Tensor:
         return torch.clamp(x, a.lo, a.hi)
 
+    @staticmethod
+    def forward_proxy(a: Attrs, x: torch.Tensor) -> torch.Tensor:
+        return num.clamp(x, a.lo, a.hi)
+
 
 class _Cast(Elementwise):
+    """Casts from floats are vulnerable: out-of-range values overflow a narrower
+    float to Inf and make a float-to-int conversion undefined."""
+
+    vulnerable = True
     target: DType
 
     @classmethod
     def forward(cls, a: Attrs, x: torch.Tensor) -> torch.Tensor:
         return x.to(cls.target.torch)
+
+    @classmethod
+    def domain(cls, a: Attrs, x: torch.Tensor) -> list[torch.Tensor]:
+        if not x.is_floating_point() or cls.target is DType.bool:
+            return []
+        return [num.le0(x.abs() - num.abs_max(cls.target.torch))]
 
 
 def _cast(target: DType) -> type[_Cast]:
@@ -187,15 +216,25 @@ class Mul(Broadcast):
 
 
 class Div(Broadcast):
-    vulnerable = True  # Inf / NaN when the divisor is 0
+    vulnerable = True
     sigs = same(FLOATS, 2)
     torch_fn = torch.div
 
+    @staticmethod
+    def domain(a: Attrs, x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
+        # |y| away from 0, and log|x| - log|y| small enough for the quotient to fit.
+        return [num.lt0(num.tiny(y.dtype) - y.abs()), num.le0(num.log_ratio(x, y) - num.log_max(x.dtype))]
+
 
 class Pow(Broadcast):
-    vulnerable = True  # NaN for negative bases, Inf on overflow
+    vulnerable = True
     sigs = same(FLOATS, 2)
     torch_fn = torch.pow
+
+    @staticmethod
+    def domain(a: Attrs, x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
+        # x > 0 (fractional exponents), and y * log(x) bounded (the log, not the power, so the loss stays finite).
+        return [num.lt0(-x), num.le0(y.double() * torch.log(x.double()) - num.log_max(x.dtype))]
 
 
 class Max(Broadcast):
