@@ -120,8 +120,9 @@ def test_binning_moves_dims_off_the_boundary():
     with_bins, without = dims(True), dims(False)
     # Without binning Z3 answers boundary values (1, or 2 where a dim must
     # differ from a broadcast 1) for nearly every free dim; binning spreads them.
-    assert sum(d <= 2 for d in without) / len(without) > 0.9
-    assert sum(d <= 2 for d in with_bins) / len(with_bins) < 0.4
+    # (Many dims are 1 by construction: keepdim reductions, Unsqueeze, Expand sources.)
+    assert sum(d <= 2 for d in without) / len(without) > 0.85
+    assert sum(d <= 2 for d in with_bins) / len(with_bins) < 0.5
     assert len(set(with_bins)) > 3 * len(set(without))
 
 

@@ -143,6 +143,12 @@ class OpSpec:
         self.setup(draw, ins)
         return ins
 
+    def attr_domains(self) -> list[z3.BoolRef]:
+        """SIZE attributes >= 1 and PAD ones >= 0; the generator adds these to `requires`
+        (binning alone cannot hold them there: a dropped bin leaves them free)."""
+        low = {AttrKind.SIZE: 1, AttrKind.PAD: 0}
+        return [sym >= low[self.kinds[n]] for n, sym in self.sym.items() if self.kinds[n] in low]
+
     def bin_constraints(self, draw: ChoiceSource, x: list[AbsTensor]) -> list[z3.BoolRef]:
         """Specialized binning for FREE attributes (e.g. slice ranges)."""
         return []

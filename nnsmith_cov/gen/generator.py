@@ -44,7 +44,8 @@ class GenConfig:
     bin_weights: Mapping[str, Sequence[float]] | None = None
     max_elems: int = 1 << 16
     weight_prob: float = 0.5  # a free placeholder becomes a weight (else a model input)
-    timeout_ms: int = 5000
+    timeout_ms: int = 5000  # wall-clock safety net per graph
+    check_rlimit: int = 5_000_000  # Z3 work units per check (about 0.5 s here); deterministic
     max_tries_per_node: int = 30
     # (dtype, rank) pairs no value may take. PyTorch's TorchScript exporter
     # treats 0-d float64 tensors as Python scalars and demotes them to float32,
@@ -174,7 +175,7 @@ class _Builder:
         outs = op.type_transfer(ins)
         if not self.allowed(ins + outs):
             return False
-        cons = list(op.requires(ins))
+        cons = op.attr_domains() + list(op.requires(ins))
         for t in outs:
             cons += self.well_sized(t)
         for t, v in zip(ins, picked):
@@ -211,7 +212,7 @@ class _Builder:
         (out,) = op.type_transfer(ins)
         if out.rank != tt.rank or out.dtype != tt.dtype or not self.allowed(ins):
             return False
-        cons = list(op.requires(ins))
+        cons = op.attr_domains() + list(op.requires(ins))
         cons += [a == b for a, b in zip(out.shape, tt.shape)]
         for t in ins:
             cons += self.well_sized(t)
@@ -336,7 +337,7 @@ def _generate(cfg: GenConfig, seed: int, prefix: Sequence[tuple[str, int | float
     t0 = time.perf_counter()
     draw = ChoiceSource(seed, prefix)
     record = GenRecord(seed=seed)
-    solver = BudgetSolver(cfg.timeout_ms, draw.derive_seed("z3.seed"))
+    solver = BudgetSolver(cfg.timeout_ms, draw.derive_seed("z3.seed"), cfg.check_rlimit)
     b = _Builder(cfg, draw, solver)
     ops = list(cfg.ops)
     weights = [cfg.op_weights.get(o.name(), 1.0) for o in ops] if cfg.op_weights else None
@@ -346,7 +347,13 @@ def _generate(cfg: GenConfig, seed: int, prefix: Sequence[tuple[str, int | float
         pending = (draw.choice("op", ops, weights), draw.coin("forward", cfg.forward_prob))
         side = 0 if pending[1] else 1
         dtypes = sorted({d for s in pending[0].sigs for d in s[side]}, key=lambda d: d.value)
-        first = b.fresh_tensor(draw.choice("init.dtype", dtypes), draw.index("init.rank", 6, _FIRST_RANK_WEIGHTS))
+        # Forward, its rank also fits the op's first data input (Conv2d wants 4).
+        ranks = range(len(_FIRST_RANK_WEIGHTS))
+        if pending[1]:
+            data = [i for i in range(pending[0].arity()) if i not in pending[0].param_inputs]
+            ranks = [r for r in ranks if not data or r in pending[0].in_ranks[data[0]]] or ranks
+        rank = draw.choice("init.rank", ranks, [_FIRST_RANK_WEIGHTS[r] for r in ranks])
+        first = b.fresh_tensor(draw.choice("init.dtype", dtypes), rank)
         if not b.allowed([first]):
             first = b.fresh_tensor(first.dtype, 1)
         if not solver.try_add(b.well_sized(first)):
@@ -361,7 +368,7 @@ def _generate(cfg: GenConfig, seed: int, prefix: Sequence[tuple[str, int | float
             try:
                 ok = b.forward(op) if forward else b.backward(op)
             except SolverTimeout:
-                break  # keep what fits in the budget; binning and the model get the grace
+                break  # keep what fits in the budget
             if ok:
                 uid += 1
                 record.ops.append(cls.name())

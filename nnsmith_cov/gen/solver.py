@@ -17,22 +17,28 @@ class SolverTimeout(Exception):
 class BudgetSolver:
     """Constraints are only ever added after a check says they keep the set sat.
 
-    Z3's own seed is fixed by the caller (drawn from the graph's choice source)
-    so the same constraints give the same model on every machine.
+    Each check is bounded by Z3's resource limit (`rlimit`, counted in Z3's own
+    work units, so the same check gives up at the same point on every machine
+    and the graph stays a function of the seed); the wall-clock budget is only
+    a safety net. Z3's seed is fixed by the caller (drawn from the graph's
+    choice source). The model of the last successful check is kept: it
+    satisfies everything committed, so no final re-solve is needed.
     """
 
-    def __init__(self, budget_ms: int, seed: int) -> None:
+    def __init__(self, budget_ms: int, seed: int, rlimit: int) -> None:
         self._solver = z3.Solver(ctx=context())
         self._solver.set("random_seed", seed)
+        self._solver.set("rlimit", rlimit)
         self._deadline = time.monotonic() + budget_ms / 1000
+        self._model: z3.ModelRef | None = None
         self.checks = 0
         self.solve_s = 0.0
 
     def remaining_ms(self) -> int:
         return int((self._deadline - time.monotonic()) * 1000)
 
-    def _check(self, extra: Sequence[z3.BoolRef], grace_ms: int = 0) -> z3.CheckSatResult:
-        left = self.remaining_ms() + grace_ms
+    def _check(self, extra: Sequence[z3.BoolRef]) -> z3.CheckSatResult:
+        left = self.remaining_ms()
         if left <= 0:
             raise SolverTimeout("solver budget spent")
         self._solver.set("timeout", left)
@@ -48,13 +54,12 @@ class BudgetSolver:
         if any(isinstance(c, bool) and not c for c in cons):
             return False
         if self._check(cons) == z3.sat:
+            self._model = self._solver.model()
             self._solver.add(*cons)
             return True
         return False
 
     def model(self) -> z3.ModelRef:
-        # The committed set was sat at its last check; re-solving it is quick,
-        # so it gets a grace period even when insertion spent the budget.
-        if self._check([], grace_ms=2000) != z3.sat:
-            raise SolverTimeout("no model for the committed constraints within budget")
-        return self._solver.model()
+        if self._model is None:
+            raise SolverTimeout("no satisfiable check yet")
+        return self._model

@@ -53,7 +53,8 @@ class GraphModule(torch.nn.Module):
             self._attrs.append(a)
         for v in graph.weights:
             t = torch.from_numpy(np.array(weights[v]))
-            self.register_parameter(weight_name(v), torch.nn.Parameter(t, requires_grad=t.is_floating_point()))
+            # Values are fixed here; the value search optimizes its own copies.
+            self.register_parameter(weight_name(v), torch.nn.Parameter(t, requires_grad=False))
         defined_outs = [v for inst in graph.insts for v in inst.outputs]
         self.returned = defined_outs if expose_all else list(graph.outputs)
 

@@ -68,7 +68,7 @@ def check_agreement(graph: GraphIR, values: Mapping[int, np.ndarray]) -> Agreeme
     model_bytes = export_onnx(module, inputs)
     try:
         onnx.checker.check_model(onnx.load_from_string(model_bytes), full_check=True)
-    except onnx.checker.ValidationError as e:
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
         res.checker_error = str(e).splitlines()[0]
     try:
         inferred = onnx_inferred_types(model_bytes)
