@@ -95,15 +95,21 @@ def validity(count: int, nodes: int, seed0: int) -> set[str]:
     return instances
 
 
-def unique_instances(count: int, nodes: int, seed0: int, binning: bool) -> set[str]:
+def diversity(count: int, nodes: int, seed0: int, binning: bool) -> tuple[set[str], set[tuple], list[int]]:
+    """Unique op instances, unique (op, input shapes) pairs, and every dim of every value."""
     cfg = GenConfig(nodes=nodes, ops=ALL_OPS, binning=binning)
     keys: set[str] = set()
+    shaped: set[tuple] = set()
+    dims: list[int] = []
     for seed in range(seed0, seed0 + count):
         try:
-            keys.update(generate(cfg, seed).graph.instance_keys())
+            g = generate(cfg, seed).graph
         except GenerationError:
-            pass
-    return keys
+            continue
+        keys.update(g.instance_keys())
+        shaped.update((i.op, tuple(g.types[v].shape for v in i.inputs)) for i in g.insts)
+        dims.extend(d for t in g.types for d in t.shape)
+    return keys, shaped, dims
 
 
 def main() -> None:
@@ -112,13 +118,20 @@ def main() -> None:
     p.add_argument("--nodes", type=int, default=10)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
-    with_bins = validity(args.count, args.nodes, args.seed)
-    without = unique_instances(args.count, args.nodes, args.seed, binning=False)
-    print(f"== binning effect over {args.count} models")
+    validity(args.count, args.nodes, args.seed)
+    on = diversity(args.count, args.nodes, args.seed, binning=True)
+    off = diversity(args.count, args.nodes, args.seed, binning=False)
+    print(f"== binning effect over {args.count} models (binning / no binning)")
     print(
-        f"unique operator instances: binning {len(with_bins)}, no binning {len(without)}, "
-        f"ratio {len(with_bins) / max(1, len(without)):.2f}x (paper: 2.07x)"
+        f"unique operator instances (op + input types + attributes): {len(on[0])} / {len(off[0])}, "
+        f"ratio {len(on[0]) / max(1, len(off[0])):.2f}x (paper: 2.07x)"
     )
+    print(
+        f"unique (op, input shapes) pairs: {len(on[1])} / {len(off[1])}, ratio {len(on[1]) / max(1, len(off[1])):.2f}x"
+    )
+    for label, (_, _, dims) in (("binning", on), ("no binning", off)):
+        small = sum(d <= 2 for d in dims) / max(1, len(dims))
+        print(f"{label:>10}: {len(set(dims))} distinct dim sizes, {100 * small:.0f}% of dims are 1 or 2")
 
 
 if __name__ == "__main__":

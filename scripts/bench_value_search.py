@@ -82,14 +82,14 @@ def main() -> None:
         graphs = vulnerable_graphs(nodes, args.models, args.seed)
         if nodes == 20:
             bad = sum(invalid_under_default_init(g, s) for s, g in graphs)
-            print(f"NaN/Inf under default (randn) initialization, {nodes} nodes: {bad}/{len(graphs)} "
-                  f"({100 * bad / len(graphs):.1f}%; paper 56.8%)")
+            print(
+                f"NaN/Inf under default (randn) initialization, {nodes} nodes: {bad}/{len(graphs)} "
+                f"({100 * bad / len(graphs):.1f}%; paper 56.8%)"
+            )
         for label, (method, proxy) in METHODS.items():
             results[(nodes, label)] = [
                 (r.ok, r.elapsed_ms)
-                for r in (
-                    search_values(g, s, method, budget_ms=BUDGETS[-1], proxy=proxy, init=INIT) for s, g in graphs
-                )
+                for r in (search_values(g, s, method, budget_ms=BUDGETS[-1], proxy=proxy, init=INIT) for s, g in graphs)
             ]
 
     print(f"\nsuccess rate (%) by budget (ms); {args.models} models per group, each with a vulnerable op")

@@ -54,9 +54,7 @@ def slide(out: z3.ArithRef, length: Dim, span: Dim, stride: Dim, pad: Dim, ceil:
 
 
 class Layer(OpSpec):
-    """Input 0 has the output's rank; every other input has the one rank its `in_ranks` entry lists.
-
-    """
+    """Input 0 has the output's rank; every other input has the one rank its `in_ranks` entry lists."""
 
     def infer_input_types(self, draw: ChoiceSource, out: Slot) -> list[Slot] | None:
         dtype, rank = out

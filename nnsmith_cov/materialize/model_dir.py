@@ -1,11 +1,11 @@
 """A generated model on disk.
 
-    model.onnx    the exported model (weights as initializers)
-    graph.json    GraphIR
-    graph.txt     its readable form
-    record.json   the generator's record, every draw, the search summary, versions
-    inputs.npz    model inputs (i<v>) and weights (w<v>), when values were searched
-    oracle.npz    PyTorch's outputs (o<v>), when the search succeeded
+model.onnx    the exported model (weights as initializers)
+graph.json    GraphIR
+graph.txt     its readable form
+record.json   the generator's record, every draw, the search summary, versions
+inputs.npz    model inputs (i<v>) and weights (w<v>), when values were searched
+oracle.npz    PyTorch's outputs (o<v>), when the search succeeded
 """
 
 from __future__ import annotations

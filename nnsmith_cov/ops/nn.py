@@ -46,7 +46,11 @@ class _Conv(Window):
         # dilation > 1 (with stride > 1 and padding > 0); dilation means nothing
         # for such a kernel, so it stays 1 there.
         plain = [z3.Or(x[1].shape[2 + i] > 1, self.at("dilation", i) == 1) for i in range(self.ndim)]
-        return super().requires(x) + plain + [c == cg * self.groups, multiple(self, "per_group", o, self.groups)[1], b == o]
+        return (
+            super().requires(x)
+            + plain
+            + [c == cg * self.groups, multiple(self, "per_group", o, self.groups)[1], b == o]
+        )
 
     @classmethod
     def forward(cls, a: Attrs, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -497,28 +501,6 @@ class PixelUnshuffle(Layer):
         return F.pixel_unshuffle(x, a.factor)
 
 
-class GroupNorm(_ChannelNorm):
-    """Channels split into `groups` groups, each normalized over itself; weight and bias [C].
-
-    PyTorch refuses a group of a single value: N * C / groups * prod(spatial) > 1.
-    """
-
-    in_ranks = ((2, 3, 4, 5),)
-    n_params = 2
-    attrs = {"groups": SIZE}
-
-    def requires(self, x: list[AbsTensor]) -> list[z3.BoolRef]:
-        n, c, *rest = x[0].shape
-        return super().requires(x) + [
-            multiple(self, "per_group", c, self.groups)[1],
-            any_of([n > 1, c > self.groups] + [d > 1 for d in rest]),
-        ]
-
-    @staticmethod
-    def forward(a: Attrs, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return F.group_norm(x, a.groups, w, b)
-
-
 OPS = (
     Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d,
     MaxPool1d, MaxPool2d, AvgPool1d, AvgPool2d, AdaptiveAvgPool2d, AdaptiveMaxPool2d,
@@ -526,7 +508,7 @@ OPS = (
     Softmax, LogSoftmax, Linear, MatMul, Addmm,
     Interpolate, PixelShuffle, PixelUnshuffle,
 )  # fmt: skip
-# Left out for now, though it agrees with torch and ONNX on its own:
+# Not in the library, though a spec of it agreed with torch and ONNX on its own:
 # - GroupNorm is exported as Reshape/InstanceNormalization/Reshape with
 #   shapes the exporter no longer knows statically, and a later Conv (kernel
 #   computed from it) or adaptive pool then fails to export ("input size not

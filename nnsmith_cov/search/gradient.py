@@ -9,12 +9,14 @@ The result carries PyTorch's outputs: the oracle later stages compare with.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
+from nnsmith_cov.abstract import numeric as num
 from nnsmith_cov.gen.graph_ir import GraphIR
 from nnsmith_cov.materialize.torch_module import GraphModule
 from nnsmith_cov.ops import op_by_name
@@ -47,6 +49,13 @@ class SearchResult:
         }
 
 
+def overflow_guard(ins: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Losses for ops with no domain of their own whose result overflowed (float16 sums and
+    products, say): each float input's magnitude at most sqrt(max) of its dtype, which keeps
+    products and sums of two such values finite."""
+    return [num.le0(x.abs() - math.sqrt(torch.finfo(x.dtype).max)) for x in ins if x.is_floating_point()]
+
+
 def _finite(t: torch.Tensor) -> bool:
     return not t.is_floating_point() or bool(torch.isfinite(t).all())
 
@@ -58,6 +67,7 @@ class _Search:
         self.graph = graph
         self.rng = np.random.default_rng(seed)
         self.init = init
+        self.restarts = 0
         start = {v: sample_tensor(self.rng, graph.types[v], *init) for v in (*graph.inputs, *graph.weights)}
         self.module = GraphModule(graph, op_by_name, start, proxy=proxy)
         # float16 values are optimized through float32 masters: Adam's steps
@@ -80,13 +90,16 @@ class _Search:
 
     def resample(self, only_bad: bool = False) -> None:
         """A restart: new random values for every leaf (integers and bools too,
-        which are sampled, never optimized); with `only_bad`, replace just the
-        non-finite elements of float leaves."""
+        which are sampled, never optimized), every other one drawn narrow; with
+        `only_bad`, replace just the non-finite elements of float leaves."""
+        self.restarts += not only_bad
+        narrow = not only_bad and self.restarts % 2 == 0
         with torch.no_grad():
             for v, t in self.leaves.items():
                 if only_bad and not t.is_floating_point():
                     continue
-                fresh = torch.from_numpy(sample_tensor(self.rng, self.graph.types[v], *self.init)).to(t.dtype)
+                fresh = sample_tensor(self.rng, self.graph.types[v], *self.init, narrow=narrow)
+                fresh = torch.from_numpy(fresh).to(t.dtype)
                 t.copy_(torch.where(torch.isfinite(t), t, fresh) if only_bad else fresh)
 
     def first_invalid(self) -> tuple[int | None, dict[int, torch.Tensor]]:
@@ -107,13 +120,16 @@ def search_values(
     lr: float = 0.5,
     init: tuple[float, float] | None = None,
     max_iters: int | None = None,
-    patience: int = 16,
+    patience: int = 8,
+    max_steps: int = 64,
 ) -> SearchResult:
     """Find NaN/Inf-free values for `graph` within `budget_ms` (and `max_iters`, if set).
 
-    Beyond Algorithm 3, the gradient method also restarts after `patience`
-    steps on one target: losses such as Sqrt(1 / x) for negative x slope
-    towards the pole, never across it, so following them longer does not help.
+    Beyond Algorithm 3's restarts on a zero gradient, the gradient method also
+    restarts when one target's loss has not improved for `patience` steps or
+    after `max_steps` steps on it: losses such as Sqrt(1 / x) for negative x
+    slope towards the pole, never across it, so following them longer does
+    not help.
     """
     if method not in METHODS:
         raise ValueError(f"unknown search method {method!r} (choose from {', '.join(METHODS)})")
@@ -122,35 +138,36 @@ def search_values(
     t0 = time.perf_counter()
     s = _Search(graph, seed, init, proxy=proxy and method == "gradient")
     deadline = t0 + budget_ms / 1000
-    iters = restarts = 0
-    target, opt, steps = None, None, 0
+    iters = 0
+    target: int | None = None
     while True:
         iters += 1
         with torch.set_grad_enabled(method == "gradient"):
             bad, env = s.first_invalid()
         if bad is None:
-            break
+            return _result(s, True, iters, t0, None)
         out_of_time = time.perf_counter() >= deadline or (max_iters is not None and iters >= max_iters)
         if method == "none" or out_of_time:
-            return _result(s, False, iters, restarts, t0, graph.insts[bad].op)
+            return _result(s, False, iters, t0, graph.insts[bad].op)
         if method == "sampling":
             s.resample()
-            restarts += 1
             continue
-        inst = graph.insts[bad]
-        losses = s.module.spec(bad).domain(s.module.attrs(bad), *(env[v] for v in inst.inputs))
+        ins = [env[v] for v in graph.insts[bad].inputs]
+        losses = s.module.spec(bad).domain(s.module.attrs(bad), *ins) + overflow_guard(ins)
         loss = next((x for x in losses if bool(x > 0)), None)
         if loss is None or not loss.requires_grad:
             # No loss explains the NaN/Inf, or no float value upstream can move: start over.
             s.resample()
-            restarts += 1
+            target = None
             continue
         if target != bad:  # a new target resets Adam's learning rate
-            target, opt, steps = bad, torch.optim.Adam(s.float_leaves(), lr=lr), 0
+            target, opt, steps, best, stall = bad, torch.optim.Adam(s.float_leaves(), lr=lr), 0, math.inf, 0
+        value = float(loss)
         steps += 1
-        if steps > patience:
+        stall = 0 if value < best * (1 - 1e-3) else stall + 1
+        best = min(best, value)
+        if stall > patience or steps > max_steps:
             s.resample()
-            restarts += 1
             target = None
             continue
         opt.zero_grad()
@@ -158,16 +175,14 @@ def search_values(
         grads = [t.grad for t in s.float_leaves() if t.grad is not None]
         if not grads or all(not bool(g.any()) for g in grads):
             s.resample()  # zero gradient: nothing to follow
-            restarts += 1
             target = None
             continue
         opt.step()
         if not all(_finite(t) for t in s.float_leaves()):
             s.resample(only_bad=True)
-    return _result(s, True, iters, restarts, t0, None)
 
 
-def _result(s: _Search, ok: bool, iters: int, restarts: int, t0: float, failed: str | None) -> SearchResult:
+def _result(s: _Search, ok: bool, iters: int, t0: float, failed: str | None) -> SearchResult:
     values = s.numpy_values()
     oracle: dict[int, np.ndarray] = {}
     if ok:
@@ -178,4 +193,4 @@ def _result(s: _Search, ok: bool, iters: int, restarts: int, t0: float, failed: 
         if not all(_finite(t) for t in env.values()):
             raise AssertionError("values valid under proxy execution but not under the plain module")
         oracle = {v: env[v].numpy().copy() for v in s.graph.outputs}
-    return SearchResult(ok, values, oracle, iters, restarts, (time.perf_counter() - t0) * 1000, failed)
+    return SearchResult(ok, values, oracle, iters, s.restarts, (time.perf_counter() - t0) * 1000, failed)
