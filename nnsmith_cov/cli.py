@@ -85,7 +85,7 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--search-budget-ms", type=_positive, default=5000, help="value search time cap (default 5000)")
     g.add_argument("--no-proxy", action="store_true", help="gradient search without proxy derivatives")
 
-    b = sub.add_parser("batch", help="generate, check and export many models; print a summary")
+    b = sub.add_parser("batch", help="generate, search values for, check and export many models; print a summary")
     b.add_argument("--count", type=_positive, default=100, help="models to generate (default 100)")
     b.add_argument("--seed", type=_seed, default=0, help="first seed; model k uses seed+k")
     b.add_argument("-o", "--output", type=Path, help="write each model to OUTPUT/<seed>/")
@@ -138,13 +138,13 @@ def cmd_batch(args: argparse.Namespace) -> int:
 
     from nnsmith_cov.materialize.model_dir import materialize_and_export, write_model_dir
     from nnsmith_cov.materialize.validate import check_agreement
-    from nnsmith_cov.search.sampling import sample_values
+    from nnsmith_cov.search.gradient import search_values
 
     cfg = _gen_config(args)
-    console = Console(stderr=False)
-    counts = collections.Counter()
-    ops = collections.Counter()
-    gen_ms, total_ms = [], []
+    console = Console()
+    counts: collections.Counter[str] = collections.Counter()
+    ops: collections.Counter[str] = collections.Counter()
+    gen_ms, search_ms, total_ms = [], [], []
     with console.status("generating") as status:
         for k in range(args.count):
             seed = args.seed + k
@@ -157,27 +157,29 @@ def cmd_batch(args: argparse.Namespace) -> int:
                 continue
             gen_ms.append(gen.record.gen_ms)
             ops.update(gen.graph.op_counts())
-            values = sample_values(gen.graph, seed)
+            search = search_values(gen.graph, seed, max_iters=256, budget_ms=5000)
+            search_ms.append(search.elapsed_ms)
+            counts["values found" if search.ok else "no NaN/Inf-free values"] += 1
             try:
-                exported = materialize_and_export(gen.graph, values)
+                exported = materialize_and_export(gen.graph, search.values)
             except ExportError:
                 counts["exporter failed"] += 1
                 continue
             total_ms.append((time.perf_counter() - t0) * 1000)
-            agreement = check_agreement(gen.graph, values)
+            agreement = check_agreement(gen.graph, search.values)
             counts["valid" if agreement.ok else "type disagreement"] += 1
             if args.output is not None:
-                write_model_dir(args.output / str(seed), gen, exported)
+                write_model_dir(args.output / str(seed), gen, exported, search)
     table = Table(title=f"{args.count} models, {args.nodes} nodes, seeds {args.seed}..{args.seed + args.count - 1}")
     table.add_column("outcome")
     table.add_column("models", justify="right")
-    for key in ("valid", "type disagreement", "exporter failed", "generation failed"):
+    keys = ("valid", "type disagreement", "exporter failed", "generation failed")
+    for key in (*keys, "values found", "no NaN/Inf-free values"):
         table.add_row(key, str(counts[key]))
     console.print(table)
-    if gen_ms:
-        console.print(f"generation: median {statistics.median(gen_ms):.1f} ms")
-    if total_ms:
-        console.print(f"generation + materialization + export: median {statistics.median(total_ms):.1f} ms")
+    for label, xs in (("generation", gen_ms), ("value search", search_ms), ("generate + search + export", total_ms)):
+        if xs:
+            console.print(f"{label}: median {statistics.median(xs):.1f} ms")
     console.print("most used ops: " + ", ".join(f"{n} {c}" for n, c in ops.most_common(12)))
     if args.output is not None:
         console.print(f"models in {args.output}/")

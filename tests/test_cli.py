@@ -81,3 +81,25 @@ def test_batch_summarizes(tmp_path, capsys):
 def test_ops_lists_the_library(capsys):
     assert main(["ops"]) == 0
     assert "vulnerable" in capsys.readouterr().out
+
+
+def test_generate_writes_values_and_oracle(tmp_path):
+    from nnsmith_cov.materialize.model_dir import load_npz
+
+    assert main(["generate", "--seed", "5", "--nodes", "8", "-o", str(tmp_path)]) == 0
+    graph = GraphIR.loads((tmp_path / "graph.json").read_text(), is_op)
+    values = load_npz(tmp_path / "inputs.npz")
+    assert set(values) == {f"i{v}" for v in graph.inputs} | {f"w{v}" for v in graph.weights}
+    oracle = load_npz(tmp_path / "oracle.npz")
+    assert set(oracle) == {f"o{v}" for v in graph.outputs}
+    for v in graph.outputs:
+        assert oracle[f"o{v}"].shape == graph.types[v].shape
+
+
+def test_failed_search_writes_no_oracle(tmp_path, capsys):
+    # Seed 3's graph holds an Acos that one random draw leaves invalid.
+    (tmp_path / "oracle.npz").write_bytes(b"stale")
+    assert main(["generate", "--seed", "3", "--search", "none", "-o", str(tmp_path)]) == 1
+    assert not (tmp_path / "oracle.npz").exists()
+    assert (tmp_path / "inputs.npz").exists()
+    assert "still produces NaN/Inf" in capsys.readouterr().err

@@ -149,8 +149,8 @@ class OpSpec:
         low = {AttrKind.SIZE: 1, AttrKind.PAD: 0}
         return [sym >= low[self.kinds[n]] for n, sym in self.sym.items() if self.kinds[n] in low]
 
-    def bin_constraints(self, draw: ChoiceSource, x: list[AbsTensor]) -> list[z3.BoolRef]:
-        """Specialized binning for FREE attributes (e.g. slice ranges)."""
+    def bin_constraints(self, draw: ChoiceSource, x: list[AbsTensor], k: int) -> list[z3.BoolRef]:
+        """Specialized binning (k bins) for FREE attributes (e.g. slice ranges)."""
         return []
 
     def out_dtypes(self, ins: Sequence[DType]) -> tuple[DType, ...]:

@@ -241,7 +241,7 @@ class _Builder:
                 if node.op.kinds[name] is not AttrKind.FREE:
                     add(repr(node.op), name, sym, node.op.kinds[name])
             ins = [self.values[v].tensor for v in node.inputs]
-            for k, c in enumerate(node.op.bin_constraints(draw, ins)):
+            for k, c in enumerate(node.op.bin_constraints(draw, ins, cfg.bins)):
                 items.append((BinChoice(repr(node.op), f"special{k}", AttrKind.FREE.value, 0), c))
         for v in self.placeholders():
             for d, sym in enumerate(self.values[v].tensor.shape):

@@ -17,7 +17,6 @@ from nnsmith_cov.abstract.tensor import AbsTensor, Dim, nelement
 from nnsmith_cov.gen.binning import draw_bin
 
 MATRIX = (2, 3, 4, 5)  # ranks with at least two dims
-_BINS = 7  # GenConfig's default bin count, for the spec-specific (FREE) bins
 
 
 def _eq(a: Dim, b: Dim) -> z3.BoolRef:
@@ -414,7 +413,7 @@ class Slice(OpSpec):
             shape[ax] = (e_eff - s_eff + (step - 1)) / step if step > 1 else e_eff - s_eff
         return [AbsTensor(shape, x[0].dtype)]
 
-    def bin_constraints(self, draw: ChoiceSource, x: list[AbsTensor]) -> list[z3.BoolRef]:
+    def bin_constraints(self, draw: ChoiceSource, x: list[AbsTensor], k: int) -> list[z3.BoolRef]:
         cons = []
         for j, ax in enumerate(self.params["axes"]):
             d = x[0].shape[ax]
@@ -422,12 +421,12 @@ class Slice(OpSpec):
             # the offset from the end the start is written from, then the length or the overshoot
             off = s_eff if self.params["start_from"][j] == "front" else -self.sym[f"start{j}"]
             kind = AttrKind.PAD if self.params["start_from"][j] == "front" else AttrKind.SIZE
-            cons.append(draw_bin(draw, off, kind, _BINS, None)[1])
+            cons.append(draw_bin(draw, off, kind, k, None)[1])
             mode = self.params["end_from"][j]
             if mode in ("front", "back"):
-                cons.append(draw_bin(draw, e_eff - s_eff, AttrKind.SIZE, _BINS, None)[1])
+                cons.append(draw_bin(draw, e_eff - s_eff, AttrKind.SIZE, k, None)[1])
             elif mode == "past":
-                cons.append(draw_bin(draw, self.sym[f"end{j}"] - d, AttrKind.SIZE, _BINS, None)[1])
+                cons.append(draw_bin(draw, self.sym[f"end{j}"] - d, AttrKind.SIZE, k, None)[1])
         return cons
 
     @staticmethod

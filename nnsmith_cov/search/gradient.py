@@ -162,7 +162,7 @@ def search_values(
             continue
         if target != bad:  # a new target resets Adam's learning rate
             target, opt, steps, best, stall = bad, torch.optim.Adam(s.float_leaves(), lr=lr), 0, math.inf, 0
-        value = float(loss)
+        value = float(loss.detach())
         steps += 1
         stall = 0 if value < best * (1 - 1e-3) else stall + 1
         best = min(best, value)
