@@ -3,7 +3,10 @@
 model.onnx    the exported model (weights as initializers)
 graph.json    GraphIR
 graph.txt     its readable form
-record.json   the generator's record, every draw, the search summary, versions
+record.json   the generator's record, every draw, the search summary, versions; schema
+              RECORD_SCHEMA, e.g. {"schema": 1, "seed": 5, "ops": ["Add", ...], "directions":
+              ["forward", ...], "bins": [{"owner": "Conv2d#3", "attr": "stride0", "kind":
+              "size", "bin": 2, "kept": true}, ...], "search": {"ok": true, ...}, "opset": 20}
 inputs.npz    model inputs (i<v>) and weights (w<v>), when values were searched
 oracle.npz    PyTorch's outputs (o<v>), when the search succeeded
 """
@@ -24,6 +27,8 @@ from nnsmith_cov.materialize.onnx_export import DEFAULT_OPSET, export_onnx
 from nnsmith_cov.materialize.torch_module import GraphModule, input_name, output_name, weight_name
 from nnsmith_cov.ops import op_by_name
 from nnsmith_cov.search.gradient import SearchResult
+
+RECORD_SCHEMA = 1
 
 
 @dataclass
@@ -68,7 +73,8 @@ def write_model_dir(
         "graph.json": json.dumps(gen.graph.to_json(), indent=1, sort_keys=True) + "\n",
         "graph.txt": gen.graph.text(),
         "record.json": json.dumps(
-            gen.record.to_json()
+            {"schema": RECORD_SCHEMA}
+            | gen.record.to_json()
             | {
                 "search": search.summary() if search else None,
                 "opset": exported.opset if exported else None,
