@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from nnsmith_cov.abstract.choice import ChoiceSource
-from nnsmith_cov.abstract.op import OpSpec, Slot
+from nnsmith_cov.abstract.op import OpSpec
 from nnsmith_cov.abstract.tensor import AbsTensor
 
 INT64_MAX = 2**63 - 1
@@ -32,24 +32,8 @@ INT64_MAX = 2**63 - 1
 class RankChanging(OpSpec):
     """Specs whose backward insertion must choose input ranks for a given output rank."""
 
-    out_rank: int | None = None  # set by backward insertion before `setup`
-
     def in_ranks_for(self, draw: ChoiceSource, out_rank: int) -> list[int] | None:
-        """Input ranks that can yield `out_rank` (None: impossible)."""
         raise NotImplementedError
-
-    def infer_input_types(self, draw: ChoiceSource, out: Slot) -> list[Slot] | None:
-        dtype, rank = out
-        sigs = [s for s in self.sigs if s[1][0] == dtype]
-        if not sigs:
-            return None
-        ranks = self.in_ranks_for(draw, rank)
-        if ranks is None or any(r not in allowed for r, allowed in zip(ranks, self.in_ranks)):
-            return None
-        ins = [(d, r) for d, r in zip(draw.choice("sig", sigs)[0], ranks)]
-        self.out_rank = rank
-        self.setup(draw, ins)
-        return ins
 
 
 def mixed_ranks(x: list[AbsTensor]) -> bool:

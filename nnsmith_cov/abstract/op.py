@@ -82,6 +82,7 @@ class OpSpec:
     vulnerable: ClassVar[bool] = False
     torch_fn: ClassVar[Callable[..., Any] | None] = None
     proxy_fn: ClassVar[Callable[..., Any] | None] = None
+    out_rank: int | None = None  # set by backward insertion before `setup`; None when forward
 
     def __init__(self, uid: int) -> None:
         self.uid = uid
@@ -128,18 +129,29 @@ class OpSpec:
     def type_transfer(self, x: list[AbsTensor]) -> list[AbsTensor]:
         raise NotImplementedError
 
+    def in_ranks_for(self, draw: ChoiceSource, out_rank: int) -> list[int] | None:
+        """Input ranks that can yield `out_rank` in backward insertion (None: impossible).
+
+        The default suits shape-preserving ops: every input takes the output's rank.
+        """
+        return [out_rank] * self.arity()
+
     def infer_input_types(self, draw: ChoiceSource, out: Slot) -> list[Slot] | None:
         """Input dtypes and ranks that can produce `out` (backward insertion).
 
-        The default suits shape-preserving ops: every input takes the output's
-        rank. It calls `setup`, leaving the op ready for `type_transfer`.
+        Ranks come from `in_ranks_for`, dtypes from a signature making `out`'s
+        dtype; `out_rank` is recorded for `setup`, which is called, leaving the
+        op ready for `type_transfer`.
         """
         dtype, rank = out
         sigs = [s for s in self.sigs if s[1][0] == dtype]
-        if not sigs or any(rank not in r for r in self.in_ranks):
+        if not sigs:
             return None
-        ins_dt = draw.choice("sig", sigs)[0]
-        ins = [(d, rank) for d in ins_dt]
+        ranks = self.in_ranks_for(draw, rank)
+        if ranks is None or any(r not in allowed for r, allowed in zip(ranks, self.in_ranks)):
+            return None
+        ins = [(d, r) for d, r in zip(draw.choice("sig", sigs)[0], ranks)]
+        self.out_rank = rank
         self.setup(draw, ins)
         return ins
 
@@ -228,15 +240,7 @@ class Broadcast(OpSpec):
             cons.append(z3.Or([d == out for d in dims]))
         return cons
 
-    def infer_input_types(self, draw: ChoiceSource, out: Slot) -> list[Slot] | None:
-        dtype, rank = out
-        sigs = [s for s in self.sigs if s[1][0] == dtype]
-        if not sigs:
-            return None
-        ins_dt = draw.choice("sig", sigs)[0]
+    def in_ranks_for(self, draw: ChoiceSource, out_rank: int) -> list[int] | None:
         # One input keeps the output rank; the others may be lower and broadcast.
-        keeper = draw.index("bcast_keeper", len(ins_dt))
-        ranks = [rank if i == keeper else draw.integer("bcast_rank", 0, rank) for i in range(len(ins_dt))]
-        ins = [(d, r) for d, r in zip(ins_dt, ranks)]
-        self.setup(draw, ins)
-        return ins
+        keeper = draw.index("bcast_keeper", self.arity())
+        return [out_rank if i == keeper else draw.integer("bcast_rank", 0, out_rank) for i in range(self.arity())]

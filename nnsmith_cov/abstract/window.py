@@ -15,7 +15,7 @@ from typing import ClassVar
 import z3
 
 from nnsmith_cov.abstract.choice import ChoiceSource
-from nnsmith_cov.abstract.op import AttrKind, Attrs, OpSpec, Slot
+from nnsmith_cov.abstract.op import AttrKind, Attrs, OpSpec
 from nnsmith_cov.abstract.symbols import context, int_sym
 from nnsmith_cov.abstract.tensor import AbsTensor, Dim
 
@@ -56,15 +56,8 @@ def slide(out: z3.ArithRef, length: Dim, span: Dim, stride: Dim, pad: Dim, ceil:
 class Layer(OpSpec):
     """Input 0 has the output's rank; every other input has the one rank its `in_ranks` entry lists."""
 
-    def infer_input_types(self, draw: ChoiceSource, out: Slot) -> list[Slot] | None:
-        dtype, rank = out
-        sigs = [s for s in self.sigs if s[1][0] == dtype]
-        if not sigs or rank not in self.in_ranks[0]:
-            return None
-        ins_dt = draw.choice("sig", sigs)[0]
-        ins = [(ins_dt[0], rank)] + [(d, r[0]) for d, r in zip(ins_dt[1:], self.in_ranks[1:])]
-        self.setup(draw, ins)
-        return ins
+    def in_ranks_for(self, draw: ChoiceSource, out_rank: int) -> list[int] | None:
+        return [out_rank] + [r[0] for r in self.in_ranks[1:]]
 
 
 class Window(Layer):

@@ -284,14 +284,11 @@ class LayerNorm(Layer):
     in_ranks = (NONSCALAR, (1, 2, 3), (1, 2, 3))
     param_inputs = (1, 2)
 
-    def infer_input_types(self, draw: ChoiceSource, out: Slot) -> list[Slot] | None:
-        dtype, rank = out
-        if dtype not in FLOATS or rank < 1:
+    def in_ranks_for(self, draw: ChoiceSource, out_rank: int) -> list[int] | None:
+        if out_rank < 1:
             return None
-        k = draw.integer("layernorm.k", 1, min(rank, 3))
-        ins = [(dtype, rank), (dtype, k), (dtype, k)]
-        self.setup(draw, ins)
-        return ins
+        k = draw.integer("layernorm.k", 1, min(out_rank, 3))
+        return [out_rank, k, k]
 
     def requires(self, x: list[AbsTensor]) -> list[z3.BoolRef]:
         k = x[1].rank
@@ -356,20 +353,13 @@ class MatMul(OpSpec):
     in_ranks = (NONSCALAR, NONSCALAR)
     torch_fn = torch.matmul
 
-    def infer_input_types(self, draw: ChoiceSource, out: Slot) -> list[Slot] | None:
-        dtype, rank = out
-        sigs = [s for s in self.sigs if s[1][0] == dtype]
-        if not sigs:
-            return None
-        cases = [(1, 1)] if rank == 0 else []
-        if 1 <= rank < 5:  # matrix-vector products drop one dim
-            cases += [(rank + 1, 1), (1, rank + 1)]
-        if rank >= 2:
-            cases += [(rank, r) for r in range(2, rank + 1)] + [(r, rank) for r in range(2, rank)]
-        ra, rb = draw.choice("matmul.ranks", cases)
-        ins = [(dtype, ra), (dtype, rb)]
-        self.setup(draw, ins)
-        return ins
+    def in_ranks_for(self, draw: ChoiceSource, out_rank: int) -> list[int] | None:
+        cases = [(1, 1)] if out_rank == 0 else []
+        if 1 <= out_rank < 5:  # matrix-vector products drop one dim
+            cases += [(out_rank + 1, 1), (1, out_rank + 1)]
+        if out_rank >= 2:
+            cases += [(out_rank, r) for r in range(2, out_rank + 1)] + [(r, out_rank) for r in range(2, out_rank)]
+        return list(draw.choice("matmul.ranks", cases))
 
     @staticmethod
     def _mats(x: list[AbsTensor]) -> tuple[list[Dim], list[Dim]]:
@@ -412,13 +402,8 @@ class Addmm(OpSpec):
     def setup(self, draw: ChoiceSource, ins: list[Slot]) -> None:
         self.params.update(alpha=draw.choice("addmm.alpha", self._SCALES), beta=draw.choice("addmm.beta", self._SCALES))
 
-    def infer_input_types(self, draw: ChoiceSource, out: Slot) -> list[Slot] | None:
-        dtype, rank = out
-        if dtype not in FLOATS or rank != 2:
-            return None
-        ins = [(dtype, draw.integer("addmm.c_rank", 0, 2)), (dtype, 2), (dtype, 2)]
-        self.setup(draw, ins)
-        return ins
+    def in_ranks_for(self, draw: ChoiceSource, out_rank: int) -> list[int] | None:
+        return [draw.integer("addmm.c_rank", 0, 2), 2, 2] if out_rank == 2 else None
 
     def requires(self, x: list[AbsTensor]) -> list[z3.BoolRef]:
         c, (m, k), (k2, n) = x[0].shape, x[1].shape, x[2].shape
