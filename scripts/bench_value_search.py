@@ -21,7 +21,7 @@ import torch
 
 from nnsmith_cov.gen.generator import GenConfig, GenerationError, generate
 from nnsmith_cov.gen.graph_ir import GraphIR
-from nnsmith_cov.materialize.torch_module import GraphModule
+from nnsmith_cov.materialize.torch_module import GraphModule, input_tensors
 from nnsmith_cov.ops import ALL_OPS, op_by_name
 from nnsmith_cov.search.gradient import search_values
 
@@ -60,7 +60,7 @@ def invalid_under_default_init(graph: GraphIR, seed: int) -> bool:
             values[v] = rng.integers(0, 2 if t.dtype.name == "bool" else 5, t.shape).astype(t.dtype.numpy)
     module = GraphModule(graph, op_by_name, values)
     with torch.no_grad():
-        env = module.run(*(torch.from_numpy(np.array(values[v])) for v in graph.inputs))
+        env = module.run(*input_tensors(graph, values))
     return any(t.is_floating_point() and not torch.isfinite(t).all() for t in env.values())
 
 

@@ -37,10 +37,6 @@ class DType(enum.Enum):
     def is_float(self) -> bool:
         return self in FLOATS
 
-    @property
-    def is_int(self) -> bool:
-        return self in INTS
-
     @classmethod
     def from_short(cls, short: str) -> DType:
         return cls(short)

@@ -24,7 +24,7 @@ import torch
 from nnsmith_cov.gen.generator import Generated
 from nnsmith_cov.gen.graph_ir import GraphIR
 from nnsmith_cov.materialize.onnx_export import DEFAULT_OPSET, export_onnx
-from nnsmith_cov.materialize.torch_module import GraphModule, input_name, output_name, weight_name
+from nnsmith_cov.materialize.torch_module import GraphModule, input_name, input_tensors, output_name, weight_name
 from nnsmith_cov.ops import op_by_name
 from nnsmith_cov.search.gradient import SearchResult
 
@@ -42,7 +42,7 @@ class Exported:
 def materialize_and_export(graph: GraphIR, values: dict[int, np.ndarray], opset: int = DEFAULT_OPSET) -> Exported:
     """Build the torch module with `values` as weights and export it; raises ExportError."""
     module = GraphModule(graph, op_by_name, values)
-    inputs = tuple(torch.from_numpy(np.array(values[v])) for v in graph.inputs)
+    inputs = input_tensors(graph, values)
     return Exported(module, inputs, export_onnx(module, inputs, opset), opset)
 
 

@@ -13,6 +13,16 @@ from nnsmith_cov.abstract.tensor import TensorType
 from nnsmith_cov.gen.graph_ir import GraphIR
 
 
+def to_tensor(a: np.ndarray) -> torch.Tensor:
+    # np.array, not ascontiguousarray: the latter turns 0-d arrays into 1-d ones.
+    return torch.from_numpy(np.array(a))
+
+
+def input_tensors(graph: GraphIR, values: Mapping[int, np.ndarray]) -> tuple[torch.Tensor, ...]:
+    """The model inputs, in `forward`'s order, from values keyed by value id."""
+    return tuple(to_tensor(values[v]) for v in graph.inputs)
+
+
 def weight_name(v: int) -> str:
     return f"w{v}"
 
@@ -52,7 +62,7 @@ class GraphModule(torch.nn.Module):
             a["out_types"] = [graph.types[v] for v in inst.outputs]
             self._attrs.append(a)
         for v in graph.weights:
-            t = torch.from_numpy(np.array(weights[v]))
+            t = to_tensor(weights[v])
             # Values are fixed here; the value search optimizes its own copies.
             self.register_parameter(weight_name(v), torch.nn.Parameter(t, requires_grad=False))
         defined_outs = [v for inst in graph.insts for v in inst.outputs]

@@ -15,7 +15,7 @@ from nnsmith_cov.abstract.dtype import DType
 from nnsmith_cov.abstract.tensor import TensorType
 from nnsmith_cov.gen.graph_ir import GraphIR
 from nnsmith_cov.materialize.onnx_export import export_onnx
-from nnsmith_cov.materialize.torch_module import GraphModule, check_types, output_name
+from nnsmith_cov.materialize.torch_module import GraphModule, check_types, input_tensors, output_name
 from nnsmith_cov.ops import op_by_name
 
 
@@ -61,7 +61,7 @@ def check_agreement(graph: GraphIR, values: Mapping[int, np.ndarray]) -> Agreeme
     """Run torch, export with every value exposed, infer ONNX types, compare all three."""
     res = Agreement()
     module = GraphModule(graph, op_by_name, values, expose_all=True)
-    inputs = tuple(torch.from_numpy(np.array(values[v])) for v in graph.inputs)
+    inputs = input_tensors(graph, values)
     with torch.no_grad():
         env = module.run(*inputs)
     res.torch_errors = check_types(graph, {v: env[v] for v in module.returned})

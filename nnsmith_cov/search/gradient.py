@@ -18,7 +18,7 @@ import torch
 
 from nnsmith_cov.abstract import numeric as num
 from nnsmith_cov.gen.graph_ir import GraphIR
-from nnsmith_cov.materialize.torch_module import GraphModule
+from nnsmith_cov.materialize.torch_module import GraphModule, input_tensors, to_tensor
 from nnsmith_cov.ops import op_by_name
 from nnsmith_cov.search.sampling import sample_tensor
 
@@ -72,7 +72,7 @@ class _Search:
         self.module = GraphModule(graph, op_by_name, start, proxy=proxy)
         # float16 values are optimized through float32 masters: Adam's steps
         # and epsilon underflow in half precision.
-        self.leaves = {v: torch.from_numpy(np.array(a)) for v, a in start.items()}
+        self.leaves = {v: to_tensor(a) for v, a in start.items()}
         for v, t in self.leaves.items():
             if t.dtype == torch.float16:
                 self.leaves[v] = t = t.float()
@@ -189,7 +189,7 @@ def _result(s: _Search, ok: bool, iters: int, t0: float, failed: str | None) -> 
         # The oracle comes from the plain module (true, not proxy, functions).
         module = GraphModule(s.graph, op_by_name, values)
         with torch.no_grad():
-            env = module.run(*(torch.from_numpy(np.array(values[v])) for v in s.graph.inputs))
+            env = module.run(*input_tensors(s.graph, values))
         if not all(_finite(t) for t in env.values()):
             raise AssertionError("values valid under proxy execution but not under the plain module")
         oracle = {v: env[v].numpy().copy() for v in s.graph.outputs}
