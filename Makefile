@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-FUZZ_ARGS ?= --count 50 --nodes 10 --seed 1 -o out/fuzz
+FUZZ_ARGS ?= --backends ort,tvm --time 5m --seed 1 -o out/fuzz-$(shell date +%Y%m%d-%H%M%S)
 
 .PHONY: install test lint format fuzz bench clean
 
@@ -27,10 +27,10 @@ format: $(STAMP)
 	$(PY) -m ruff format nnsmith_cov tests scripts
 	$(PY) -m ruff check --fix nnsmith_cov tests scripts
 
-# The main job. Until the coverage-guided campaign lands: generate, validate
-# and export a batch of models and print a summary.
+# The main job. Until the coverage-guided campaign lands: the unguided loop
+# (generate, search, export, ORT + TVM, oracle) for five minutes into out/.
 fuzz: $(STAMP)
-	$(VENV)/bin/nnsmith-cov batch $(FUZZ_ARGS)
+	$(VENV)/bin/nnsmith-cov fuzz $(FUZZ_ARGS)
 
 bench: $(STAMP)
 	$(PY) scripts/bench_generate.py

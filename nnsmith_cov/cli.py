@@ -7,8 +7,9 @@ import collections
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from nnsmith_cov import __version__
 from nnsmith_cov.gen.generator import GenConfig, GenerationError, generate
@@ -26,24 +27,56 @@ class _Parser(argparse.ArgumentParser):
         raise CliError(message)
 
 
-def _positive(text: str) -> int:
+def _number(text: str, cast: type, ok: Callable[[Any], bool], rule: str) -> Any:
     try:
-        value = int(text)
+        value = cast(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {value}")
+        raise argparse.ArgumentTypeError(f"not {'an integer' if cast is int else 'a number'}: {text!r}") from None
+    if not ok(value):
+        raise argparse.ArgumentTypeError(f"{rule}: {text}")
     return value
+
+
+def _positive(text: str) -> int:
+    return _number(text, int, lambda v: v >= 1, "must be at least 1")
 
 
 def _seed(text: str) -> int:
+    return _number(text, int, lambda v: 0 <= v < 2**63, "seed must be in [0, 2^63)")
+
+
+def _nonneg_float(text: str) -> float:
+    return _number(text, float, lambda v: v >= 0, "must be a number >= 0")
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _duration(text: str) -> float:
+    """Seconds from "90", "90s", "10m", "4h" or "1h30m"."""
+    import re
+
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        seconds = float(text)
+    elif re.fullmatch(r"(\d+[smhd])+", text):
+        seconds = sum(int(n) * _UNITS[u] for n, u in re.findall(r"(\d+)([smhd])", text))
+    else:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 90s, 10m, 4h, 1h30m)")
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"duration must be positive: {text!r}")
+    return seconds
+
+
+def _backends(text: str) -> list[str]:
+    from nnsmith_cov.backends.registry import check_spec
+
+    specs = [s.strip() for s in text.split(",") if s.strip()]
+    if not specs:
+        raise argparse.ArgumentTypeError("no backend named")
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if not 0 <= value < 2**63:
-        raise argparse.ArgumentTypeError(f"seed must be in [0, 2^63): {value}")
-    return value
+        return [check_spec(s) for s in dict.fromkeys(specs)]
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _add_gen_flags(p: argparse.ArgumentParser) -> None:
@@ -90,6 +123,25 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--seed", type=_seed, default=0, help="first seed; model k uses seed+k")
     b.add_argument("-o", "--output", type=Path, help="write each model to OUTPUT/<seed>/")
     _add_gen_flags(b)
+
+    f = sub.add_parser("fuzz", help="differential fuzzing: generate, search, export, compile, compare")
+    f.add_argument("-o", "--output", type=Path, required=True, help="run folder (findings, stats, logs)")
+    f.add_argument("--backends", type=_backends, default=["ort", "tvm"], help="comma list (default ort,tvm)")
+    f.add_argument("--time", type=_duration, help="stop after this long (e.g. 10m, 4h)")
+    f.add_argument("--tests", type=_positive, help="stop after this many test cases")
+    f.add_argument("--seed", type=_seed, default=0, help="run seed; test k's seed derives from it (default 0)")
+    _add_gen_flags(f)
+    f.add_argument("--rtol", type=_nonneg_float, default=1e-2, help="relative tolerance (default 0.01)")
+    f.add_argument("--atol", type=_nonneg_float, default=1e-3, help="absolute tolerance (default 0.001)")
+    f.add_argument("--timeout-s", type=_duration, default=60.0, help="per worker request (default 60)")
+    f.add_argument("--search", choices=METHODS, default="gradient", help="value search (default gradient)")
+    f.add_argument("--no-localize", action="store_true", help="do not re-run failures at O0")
+    f.add_argument("--support-cache", type=Path, help="op-support cache folder (default ~/.cache/nnsmith-cov)")
+    f.add_argument("--no-support", action="store_true", help="do not probe op support; use every operator")
+
+    r = sub.add_parser("repro", help="re-run a finding's bundle and say whether it reproduces")
+    r.add_argument("bundle", type=Path)
+    r.add_argument("--timeout-s", type=_duration, help="per request (default: the bundle's)")
 
     sub.add_parser("ops", help="list the operator specs")
     return parser
@@ -186,6 +238,119 @@ def cmd_batch(args: argparse.Namespace) -> int:
     return 0 if counts["type disagreement"] == 0 else 1
 
 
+def cmd_fuzz(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.live import Live
+
+    from nnsmith_cov.campaign.fuzz_loop import FuzzConfig, Fuzzer
+    from nnsmith_cov.campaign.run_dir import RunDir, RunDirError
+    from nnsmith_cov.campaign.status import status_line, summary
+    from nnsmith_cov.campaign.testcase import CaseSettings
+    from nnsmith_cov.campaign.worker_handle import WorkerHandle, WorkerStartError
+
+    if args.time is None and args.tests is None:
+        raise CliError("say when to stop: --time (e.g. 10m) and/or --tests N")
+    cfg = _gen_config(args)
+    settings = CaseSettings(
+        backends=args.backends,
+        rtol=args.rtol,
+        atol=args.atol,
+        timeout_s=args.timeout_s,
+        search={"method": args.search, "max_iters": 256, "budget_ms": 5000},
+        localize=not args.no_localize,
+    )
+    run = RunDir(args.output)
+    if (args.output / "config.json").exists():
+        raise CliError(f"{args.output} already holds a run; choose another output folder")
+    console = Console(stderr=True)
+    worker = WorkerHandle(args.backends, run.worker_log(0))
+    try:
+        with console.status("starting the worker (importing the backends)"):
+            hello = worker.start()
+        missing = {b: why for b, why in hello["unavailable"].items() if b in args.backends}
+        if missing:
+            raise CliError("; ".join(f"backend {b} is unavailable: {why}" for b, why in missing.items()))
+        if not args.no_support:
+            cfg.ops = _supported_ops(args, worker, cfg.ops, console)
+        fuzzer = Fuzzer(
+            FuzzConfig(cfg, settings, seed=args.seed, time_s=args.time, max_tests=args.tests),
+            run,
+            worker,
+            lambda ev: _print_event(console, ev),
+        )
+        fuzzer.start()
+    except (WorkerStartError, RunDirError) as e:
+        worker.close()
+        raise CliError(str(e)) from None
+    interrupted = False
+    last_stats = 0.0
+    try:
+        with Live(status_line(fuzzer.stats, args.time), console=console, refresh_per_second=2) as live:
+            while not fuzzer.done():
+                fuzzer.step()
+                live.update(status_line(fuzzer.stats, args.time))
+                if fuzzer.stats.elapsed() - last_stats >= 5:
+                    fuzzer.write_stats()
+                    last_stats = fuzzer.stats.elapsed()
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        fuzzer.write_stats()
+        worker.close()
+    Console().print(summary(fuzzer.stats))
+    print(f"run folder: {args.output}  (findings in {args.output / 'findings'})")
+    return 130 if interrupted else 0
+
+
+def _supported_ops(args: argparse.Namespace, worker, ops, console) -> list:
+    from nnsmith_cov.backends.support import SupportError, default_cache_dir, load_or_probe, restrict_ops
+
+    cache = args.support_cache or default_cache_dir()
+    with console.status("probing operator support (once per backend version)") as status:
+        try:
+            tables = load_or_probe(
+                worker, args.backends, ops, cache, args.timeout_s, progress=lambda m: status.update(m)
+            )
+            return restrict_ops(ops, tables.values())
+        except SupportError as e:
+            raise CliError(str(e)) from None
+
+
+def _print_event(console, event) -> None:
+    kind, what, bundle = event
+    if kind == "fault":
+        console.print(f"[yellow]internal fault[/] (see the worker log): {what}")
+    elif kind == "new":
+        where = f" (localized: {what.localized})" if what.localized else ""
+        console.print(f"[bold red]new[/] {what.symptom} {what.backend}/{what.stage}/{what.opt}{where}: {what.detail}")
+        console.print(f"    -> {bundle}")
+    else:
+        console.print(f"[dim]dup {what.signature[:140]}[/]")
+
+
+def cmd_repro(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from nnsmith_cov.campaign.repro import ReproError, reproduce
+    from nnsmith_cov.campaign.worker_handle import WorkerStartError
+    from nnsmith_cov.oracle.bundle import BundleError, read_bundle
+
+    try:
+        bundle = read_bundle(args.bundle)
+    except BundleError as e:
+        raise CliError(str(e)) from None
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            result = reproduce(bundle, Path(tmp) / "worker.log", args.timeout_s)
+        except (ReproError, WorkerStartError) as e:
+            raise CliError(str(e)) from None
+    print(f"expected: {bundle.meta['signature']}")
+    now = result.finding.signature if result.finding else "no finding (the test passes)"
+    print(f"now:      {now}")
+    print("reproduces" if result.reproduced else "does not reproduce")
+    return 0 if result.reproduced else 1
+
+
 def cmd_ops(args: argparse.Namespace) -> int:
     for op in ALL_OPS:
         dtypes = sorted({d.value for s in op.sigs for d in s[0]})
@@ -198,7 +363,8 @@ def cmd_ops(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
-        return {"generate": cmd_generate, "batch": cmd_batch, "ops": cmd_ops}[args.command](args)
+        commands = {"generate": cmd_generate, "batch": cmd_batch, "fuzz": cmd_fuzz, "repro": cmd_repro, "ops": cmd_ops}
+        return commands[args.command](args)
     except CliError as e:
         print(f"nnsmith-cov: error: {e}", file=sys.stderr)
         return 2

@@ -696,7 +696,17 @@ class TopK(OpSpec):
     @staticmethod
     def forward(a: Attrs, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         attrs = {"axis_i": a.axis, "largest_i": int(a.largest), "sorted_i": 1}
-        return lowered(x, lambda t: tuple(torch.topk(t, a.k, a.axis, a.largest)), "TopK", [[a.k]], attrs, 2)
+        return lowered(x, lambda t: _topk_ties_first(t, a.k, a.axis, a.largest), "TopK", [[a.k]], attrs, 2)
+
+
+def _topk_ties_first(x: torch.Tensor, k: int, axis: int, largest: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """TopK as ONNX defines it: of equal values the lower index comes first. torch.topk leaves
+    the order of ties open, which made equal integers look like backend bugs."""
+    if x.dtype == torch.bool:  # sort has no bool kernel on every build
+        values, idx = _topk_ties_first(x.to(torch.uint8), k, axis, largest)
+        return values.to(torch.bool), idx
+    values, idx = torch.sort(x, dim=axis, descending=largest, stable=True)
+    return values.narrow(axis, 0, k), idx.narrow(axis, 0, k)
 
 
 class Flip(Elementwise):

@@ -1,0 +1,1 @@
+"""Compilers under test behind one interface."""

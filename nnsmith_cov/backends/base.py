@@ -1,0 +1,94 @@
+"""The backend interface: compile ONNX bytes at an optimization level, run on named inputs."""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+
+class Opt(enum.Enum):
+    """Optimization setting; O0 localizes a mismatch (optimizer bug vs conversion bug)."""
+
+    OPT = "opt"
+    O0 = "O0"
+
+
+class Stage(enum.Enum):
+    """Where a test case failed. EXPORT and REFERENCE are PyTorch's; the rest the backend's."""
+
+    REFERENCE = "reference"  # PyTorch running the model during the value search
+    EXPORT = "export"  # torch.onnx
+    IMPORT = "import"  # ONNX -> backend IR
+    COMPILE = "compile"
+    EXECUTE = "execute"
+
+
+class BackendError(Exception):
+    """A backend failed at `stage`; `cause` is what it raised."""
+
+    def __init__(self, stage: Stage, cause: BaseException) -> None:
+        super().__init__(f"{type(cause).__name__}: {cause}")
+        self.stage = stage
+        self.cause = cause
+
+
+class Backend(Protocol):
+    """A compiler under test, in three steps so that errors (and deaths) carry their stage.
+
+    Implementations import their library lazily, inside the worker process.
+    """
+
+    name: str
+
+    def unavailable(self) -> str | None:
+        """Why this backend cannot run here (one line), or None. Never raises."""
+        ...
+
+    def version(self) -> str: ...
+
+    def load(self, onnx_bytes: bytes) -> Any:
+        """The model in the backend's own form; raises BackendError(IMPORT)."""
+        ...
+
+    def compile(self, model: Any, opt: Opt) -> Any:
+        """An executable; raises BackendError(COMPILE)."""
+        ...
+
+    def run(self, exe: Any, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Outputs keyed by the ONNX output names; raises BackendError(EXECUTE)."""
+        ...
+
+
+@dataclass(frozen=True)
+class IOSpec:
+    """Graph input and output names of an ONNX model, in order."""
+
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+
+def io_spec(onnx_bytes: bytes) -> IOSpec:
+    import onnx
+
+    model = onnx.load_from_string(onnx_bytes)
+    init = {t.name for t in model.graph.initializer}
+    return IOSpec(
+        tuple(i.name for i in model.graph.input if i.name not in init),
+        tuple(o.name for o in model.graph.output),
+    )
+
+
+@contextlib.contextmanager
+def staged(stage: Stage) -> Iterator[None]:
+    """Turn whatever the wrapped code raises into a BackendError of `stage`."""
+    try:
+        yield
+    except BackendError:
+        raise
+    except Exception as e:  # a compiler raises anything; all of it is a finding
+        raise BackendError(stage, e) from e

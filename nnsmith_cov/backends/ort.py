@@ -1,0 +1,50 @@
+"""ONNXRuntime on the CPU: ORT_ENABLE_ALL vs ORT_DISABLE_ALL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from nnsmith_cov.backends.base import Opt, Stage, staged
+
+
+class OrtBackend:
+    name = "ort"
+
+    def unavailable(self) -> str | None:
+        try:
+            import onnxruntime  # noqa: F401
+        except ImportError as e:
+            return f"onnxruntime is not installed ({e})"
+        return None
+
+    def version(self) -> str:
+        import onnxruntime
+
+        return onnxruntime.__version__
+
+    def load(self, onnx_bytes: bytes) -> Any:
+        return onnx_bytes  # ORT parses, checks and optimizes in one call: see compile
+
+    def compile(self, model: Any, opt: Opt) -> Any:
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.graph_optimization_level = (
+            ort.GraphOptimizationLevel.ORT_ENABLE_ALL if opt is Opt.OPT else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        )
+        # One thread, sequential: deterministic, no pool threads for a collector to chase.
+        so.intra_op_num_threads = 1
+        so.inter_op_num_threads = 1
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        so.log_severity_level = 3
+        with staged(Stage.COMPILE):
+            return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+
+    def run(self, exe: Any, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        names = [o.name for o in exe.get_outputs()]
+        feed = {i.name: inputs[i.name] for i in exe.get_inputs()}
+        with staged(Stage.EXECUTE):
+            outs = exe.run(names, feed)
+        return {n: np.asarray(o) for n, o in zip(names, outs)}

@@ -1,0 +1,26 @@
+"""Backends by name: the built-in ones, or any `module:Class` a user plugs in."""
+
+from __future__ import annotations
+
+import importlib
+
+from nnsmith_cov.backends.base import Backend
+
+BUILTIN = {
+    "ort": "nnsmith_cov.backends.ort:OrtBackend",
+    "tvm": "nnsmith_cov.backends.tvm:TvmBackend",
+    "trt": "nnsmith_cov.backends.tensorrt:TensorrtBackend",
+}
+
+
+def check_spec(spec: str) -> str:
+    """`spec` if it names a built-in backend or looks like `module:Class`; else ValueError."""
+    if spec in BUILTIN or (spec.count(":") == 1 and all(spec.split(":"))):
+        return spec
+    raise ValueError(f"unknown backend {spec!r} (built in: {', '.join(BUILTIN)}; or module:Class)")
+
+
+def load_backend(spec: str) -> Backend:
+    """An instance of the backend `spec` names; ImportError/AttributeError if it cannot be found."""
+    module, _, cls = BUILTIN.get(spec, spec).partition(":")
+    return getattr(importlib.import_module(module), cls)()

@@ -1,0 +1,101 @@
+"""TVM (Relax) on LLVM: the CPU pipeline with graph-level optimizations vs a plain lowering."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from nnsmith_cov.backends.base import Opt, Stage, staged
+
+# Graph-level rewrites applied before the CPU pipeline at OPT. Each is a pass a
+# user can ask Relax for; together they reach most of relax/transform.
+_OPT_PASSES = (
+    "DecomposeOpsForInference",
+    "CanonicalizeBindings",
+    "EliminateCommonSubexpr",
+    "FoldConstant",
+    "RemoveRedundantReshape",
+    "ReorderPermuteDimsAfterConcat",
+    "AdjustMatmulOrder",
+    "ExpandMatmulOfSum",
+    "CombineParallelMatmul",
+    "DeadCodeElimination",
+)
+
+# Why not relax_pipeline="zero": it legalizes and fuses but stops before the VM
+# lowering passes, so relax.build cannot emit it. The generic "default" build
+# pipeline legalizes and lowers without folding or fusing: that is our O0, with
+# TIR vectorization, CSE and storage rewriting off as well.
+_O0_CONFIG = {"tirx.disable_vectorize": True, "tirx.disable_cse_tir": True, "tirx.disable_storage_rewrite": True}
+
+
+class TvmBackend:
+    name = "tvm"
+
+    def unavailable(self) -> str | None:
+        try:
+            import tvm  # noqa: F401
+            from tvm.relax.frontend.onnx import from_onnx  # noqa: F401
+        except ImportError as e:
+            return f"TVM (apache-tvm with Relax) is not importable ({e})"
+        return None
+
+    def version(self) -> str:
+        import tvm
+
+        return tvm.__version__
+
+    def load(self, onnx_bytes: bytes) -> Any:
+        import onnx
+        from tvm.relax.frontend.onnx import from_onnx
+
+        with staged(Stage.IMPORT):
+            model = onnx.load_from_string(onnx_bytes)
+            mod = from_onnx(model, keep_params_in_input=False)
+        return _TvmModel(mod, [i.name for i in model.graph.input], [o.name for o in model.graph.output])
+
+    def compile(self, model: Any, opt: Opt) -> Any:
+        import tvm
+        from tvm import relax
+
+        mod = model.mod
+        target = tvm.target.Target("llvm")
+        with staged(Stage.COMPILE):
+            if opt is Opt.OPT:
+                with tvm.transform.PassContext(opt_level=3):
+                    mod = tvm.transform.Sequential([getattr(relax.transform, p)() for p in _OPT_PASSES])(mod)
+                    pipeline = relax.backend.cpu_generic.get_default_pipeline(target)
+                    ex = relax.build(mod, target=target, relax_pipeline=pipeline)
+            else:
+                with tvm.transform.PassContext(opt_level=0, config=_O0_CONFIG):
+                    ex = relax.build(mod, target=target, relax_pipeline="default")
+            vm = relax.VirtualMachine(ex, tvm.cpu())
+        return _TvmExe(vm, model.inputs, model.outputs)
+
+    def run(self, exe: Any, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        import tvm
+
+        with staged(Stage.EXECUTE):
+            # np.array, not ascontiguousarray: the latter turns 0-d arrays into 1-d ones.
+            args = [tvm.runtime.tensor(np.array(inputs[n], order="C")) for n in exe.inputs if n in inputs]
+            out = exe.vm["main"](*args)
+            outs = [out] if hasattr(out, "numpy") else list(out)
+            if len(outs) != len(exe.outputs):
+                raise RuntimeError(f"{len(outs)} outputs returned, model declares {len(exe.outputs)}")
+            return {n: np.asarray(o.numpy()) for n, o in zip(exe.outputs, outs)}
+
+
+@dataclass
+class _TvmModel:
+    mod: Any  # tvm.IRModule
+    inputs: list[str]
+    outputs: list[str]
+
+
+@dataclass
+class _TvmExe:
+    vm: Any  # relax.VirtualMachine
+    inputs: list[str]
+    outputs: list[str]

@@ -1,0 +1,1 @@
+"""The fuzzing loop: worker processes, test cases, the run folder and its status line."""

@@ -1,0 +1,115 @@
+"""The parent <-> worker wire format: length-prefixed msgpack frames over a pipe.
+
+A frame is a 4-byte big-endian length and a msgpack map with a "kind". Arrays
+travel as {"dtype": "float32", "shape": [2, 3], "data": <raw bytes>}; nothing is
+pickled, so a Ray actor or a remote host can stand where the subprocess stands.
+
+Requests (parent -> worker) and their final replies; before a reply the worker
+may send {"kind": "stage", "stage": "compile"} events, so that the parent knows
+where a worker that dies or hangs was:
+
+  {"kind": "hello"}
+      -> {"kind": "ready", "pid": 4242, "versions": {"tvm": "0.27.0"},
+          "unavailable": {"trt": "tensorrt is not installed"}}
+  {"kind": "prepare", "graph": <GraphIR JSON>, "seed": 7, "search": {"method": "gradient", ...}}
+      -> {"kind": "prepared", "search": {"ok": true, ...}, "values": {"i0": <array>, "w1": ...},
+          "oracle": {"o3": <array>} | null, "onnx": <bytes> | null, "error": <error> | null}
+  {"kind": "run", "backend": "ort", "opt": "opt", "onnx": <bytes>, "inputs": {"i0": <array>}}
+      -> {"kind": "outputs", "outputs": {"o3": <array>}, "ms": {"compile": 12.5, "execute": 0.4}}
+      |  {"kind": "error", "error": <error>}
+  {"kind": "exit"}
+
+where <error> is {"stage": "compile", "type": "TVMError", "message": "...", "traceback": "..."}.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Mapping
+from typing import Any
+
+import msgpack
+import numpy as np
+
+PROTOCOL_VERSION = 1
+_HEADER = struct.Struct(">I")
+MAX_FRAME = 1 << 30  # a frame beyond 1 GiB means a corrupt stream, not a model
+
+
+class ProtocolError(Exception):
+    """The peer sent something that is not a frame of this protocol."""
+
+
+def encode_array(a: np.ndarray) -> dict[str, Any]:
+    a = np.asarray(a)
+    if a.dtype.hasobject:
+        raise ProtocolError("object arrays cannot cross the worker boundary")
+    return {"dtype": a.dtype.str, "shape": list(a.shape), "data": np.ascontiguousarray(a).tobytes()}
+
+
+def decode_array(obj: Mapping[str, Any]) -> np.ndarray:
+    dtype = np.dtype(obj["dtype"])
+    if dtype.hasobject:
+        raise ProtocolError("object arrays cannot cross the worker boundary")
+    return np.frombuffer(obj["data"], dtype=dtype).reshape(obj["shape"]).copy()
+
+
+def encode_arrays(arrays: Mapping[str, np.ndarray]) -> dict[str, dict[str, Any]]:
+    return {k: encode_array(v) for k, v in arrays.items()}
+
+
+def decode_arrays(objs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    return {k: decode_array(v) for k, v in objs.items()}
+
+
+def frame(msg: Mapping[str, Any]) -> bytes:
+    body = msgpack.packb(msg, use_bin_type=True)
+    return _HEADER.pack(len(body)) + body
+
+
+def write_frame(fd: int, msg: Mapping[str, Any]) -> None:
+    data = memoryview(frame(msg))
+    while data:
+        n = os.write(fd, data)
+        data = data[n:]
+
+
+class FrameReader:
+    """Accumulates bytes from a non-blocking source and yields complete messages."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> None:
+        self._buf += data
+
+    def next(self) -> dict[str, Any] | None:
+        if len(self._buf) < _HEADER.size:
+            return None
+        (size,) = _HEADER.unpack_from(self._buf)
+        if size > MAX_FRAME:
+            raise ProtocolError(f"frame of {size} bytes")
+        if len(self._buf) < _HEADER.size + size:
+            return None
+        body = bytes(self._buf[_HEADER.size : _HEADER.size + size])
+        del self._buf[: _HEADER.size + size]
+        try:
+            msg = msgpack.unpackb(body, raw=False)
+        except (ValueError, msgpack.UnpackException) as e:
+            raise ProtocolError(f"undecodable frame: {e}") from None
+        if not isinstance(msg, dict) or "kind" not in msg:
+            raise ProtocolError("frame without a kind")
+        return msg
+
+
+def read_frame_blocking(fd: int, reader: FrameReader) -> dict[str, Any] | None:
+    """The next message, blocking; None at end of stream (the peer went away)."""
+    while True:
+        msg = reader.next()
+        if msg is not None:
+            return msg
+        data = os.read(fd, 1 << 20)
+        if not data:
+            return None
+        reader.feed(data)

@@ -1,0 +1,54 @@
+"""Re-run a bug bundle and say whether it still shows the same signature."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from nnsmith_cov.campaign.testcase import CaseSettings, Prepared, judge, prepare, run_backend
+from nnsmith_cov.campaign.worker_handle import WorkerHandle
+from nnsmith_cov.oracle.bundle import Bundle
+from nnsmith_cov.oracle.finding import Finding
+
+PYTORCH_STAGES = ("reference", "export")
+
+
+class ReproError(Exception):
+    """The bundle's backend cannot run here."""
+
+
+@dataclass
+class ReproResult:
+    reproduced: bool
+    finding: Finding | None  # what the re-run found (None: it passed)
+
+
+def reproduce(bundle: Bundle, log_path: Path, timeout_s: float | None = None) -> ReproResult:
+    meta = bundle.meta
+    saved = meta.get("settings", {})
+    backend = meta["backend"]
+    on_torch = meta["stage"] in PYTORCH_STAGES
+    settings = CaseSettings(
+        backends=[] if on_torch else [backend],
+        rtol=saved.get("rtol", 1e-2),
+        atol=saved.get("atol", 1e-3),
+        timeout_s=timeout_s or saved.get("timeout_s", 60.0),
+        search=saved.get("search") or CaseSettings([]).search,
+    )
+    worker = WorkerHandle(settings.backends, log_path)
+    try:
+        hello = worker.start()
+        if backend in hello["unavailable"]:
+            raise ReproError(f"backend {backend} is unavailable here: {hello['unavailable'][backend]}")
+        if on_torch:
+            _, finding = prepare(worker, bundle.graph, meta["seed"], settings)
+        else:
+            if bundle.onnx is None or bundle.oracle is None:
+                raise ReproError(f"{bundle.path}: a {meta['stage']} finding needs model.onnx and oracle.npz")
+            search = meta.get("search")
+            prepared = Prepared(bundle.graph, meta["seed"], bundle.values, bundle.oracle, bundle.onnx, search)
+            reply = run_backend(worker, prepared, backend, meta["opt"], settings.timeout_s)
+            finding = judge(prepared, backend, meta["opt"], reply, settings)
+    finally:
+        worker.close()
+    return ReproResult(finding is not None and finding.signature == meta["signature"], finding)

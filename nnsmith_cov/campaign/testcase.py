@@ -1,0 +1,180 @@
+"""One test case: values and export in the worker, every backend, the oracle, O0 localization."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from nnsmith_cov.campaign.protocol import decode_arrays, encode_arrays
+from nnsmith_cov.campaign.worker_handle import Reply, WorkerHandle
+from nnsmith_cov.gen.graph_ir import GraphIR
+from nnsmith_cov.oracle.compare import Mismatch, compare_outputs
+from nnsmith_cov.oracle.finding import Finding, producer_ops
+from nnsmith_cov.oracle.signature import death_signature, error_signature, mismatch_signature
+
+
+@dataclass
+class CaseSettings:
+    """How a test case is run; part of every bundle's metadata."""
+
+    backends: list[str]
+    rtol: float = 1e-2
+    atol: float = 1e-3
+    timeout_s: float = 60.0  # per worker request (search + export, or one backend at one opt level)
+    search: dict[str, Any] = field(default_factory=lambda: {"method": "gradient", "max_iters": 256, "budget_ms": 5000})
+    localize: bool = True  # re-run at O0 after a failure at OPT
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "backends": self.backends,
+            "rtol": self.rtol,
+            "atol": self.atol,
+            "timeout_s": self.timeout_s,
+            "search": self.search,
+            "localize": self.localize,
+        }
+
+
+@dataclass
+class Prepared:
+    """The model side of a test: values, PyTorch's outputs, the ONNX model."""
+
+    graph: GraphIR
+    seed: int
+    values: dict[str, np.ndarray]  # inputs (i<v>) and weights (w<v>)
+    oracle: dict[str, np.ndarray] | None
+    onnx: bytes | None
+    search: dict[str, Any] | None
+    ms: dict[str, float] = field(default_factory=dict)  # search, export
+
+    def inputs(self) -> dict[str, np.ndarray]:
+        return {k: v for k, v in self.values.items() if k.startswith("i")}
+
+
+@dataclass
+class CaseResult:
+    status: str  # "pass" | "finding" | "no-values"
+    prepared: Prepared | None
+    findings: list[Finding] = field(default_factory=list)
+    ms: dict[str, float] = field(default_factory=dict)  # search, export, <backend>.compile, ...
+
+
+def prepare(worker: WorkerHandle, graph: GraphIR, seed: int, settings: CaseSettings) -> tuple[Prepared, Finding | None]:
+    """Value search and export in the worker; a death, hang or error there is a PyTorch finding."""
+    request = {"kind": "prepare", "graph": graph.to_json(), "seed": seed, "search": settings.search}
+    reply = worker.call(request, settings.timeout_s)
+    msg = reply.msg or {}
+    prepared = Prepared(
+        graph,
+        seed,
+        decode_arrays(msg.get("values") or {}),
+        decode_arrays(msg["oracle"]) if msg.get("oracle") is not None else None,
+        msg.get("onnx"),
+        msg.get("search"),
+        msg.get("ms") or {},
+    )
+    if reply.msg is None:
+        return prepared, _death("torch", reply.stage or "reference", "-", reply)
+    error = msg.get("error")
+    if error is not None:
+        return prepared, _error("torch", "-", error)
+    return prepared, None
+
+
+def run_backend(worker: WorkerHandle, prepared: Prepared, backend: str, opt: str, timeout_s: float) -> Reply:
+    assert prepared.onnx is not None
+    request = {
+        "kind": "run",
+        "backend": backend,
+        "opt": opt,
+        "onnx": prepared.onnx,
+        "inputs": encode_arrays(prepared.inputs()),
+    }
+    return worker.call(request, timeout_s)
+
+
+def judge(prepared: Prepared, backend: str, opt: str, reply: Reply, settings: CaseSettings) -> Finding | None:
+    """The oracle on one backend run: None when it agrees with PyTorch."""
+    if reply.msg is None:
+        return _death(backend, reply.stage or "import", opt, reply)
+    if reply.msg["kind"] == "error":
+        return _error(backend, opt, reply.msg["error"], reply.log)
+    assert prepared.oracle is not None
+    actual = decode_arrays(reply.msg["outputs"])
+    mismatches = compare_outputs(prepared.oracle, actual, settings.rtol, settings.atol)
+    if not mismatches:
+        return None
+    first = mismatches[0]
+    ops = producer_ops(prepared.graph, int(first.name[1:])) if first.name[1:].isdigit() else []
+    return Finding(
+        symptom="inconsistency",
+        backend=backend,
+        stage="execute",
+        opt=opt,
+        signature=mismatch_signature(backend, opt, first.reason, ops),
+        detail=f"{first.name}: {first.reason}: {first.detail}",
+        log=_mismatch_log(mismatches),
+        actual=actual,
+    )
+
+
+def run_test(worker: WorkerHandle, graph: GraphIR, seed: int, settings: CaseSettings) -> CaseResult:
+    """Search, export, then each backend at OPT (and at O0 when OPT fails)."""
+    ms: dict[str, float] = {}
+    t0 = time.perf_counter()
+    prepared, finding = prepare(worker, graph, seed, settings)
+    ms["prepare"] = (time.perf_counter() - t0) * 1e3
+    ms |= prepared.ms
+    if finding is not None:
+        return CaseResult("finding", prepared, [finding], ms)
+    if prepared.oracle is None:
+        return CaseResult("no-values", prepared, [], ms)
+    findings = []
+    for backend in settings.backends:
+        reply = run_backend(worker, prepared, backend, "opt", settings.timeout_s)
+        for stage, took in ((reply.msg or {}).get("ms") or {}).items():
+            ms[f"{backend}.{stage}"] = took
+        t1 = time.perf_counter()
+        finding = judge(prepared, backend, "opt", reply, settings)
+        ms[f"{backend}.compare"] = (time.perf_counter() - t1) * 1e3
+        if finding is None:
+            continue
+        if settings.localize and finding.symptom != "hang":
+            again = run_backend(worker, prepared, backend, "O0", settings.timeout_s)
+            o0 = judge(prepared, backend, "O0", again, settings)
+            finding.localized = "optimization" if o0 is None else "conversion"
+        findings.append(finding)
+    return CaseResult("finding" if findings else "pass", prepared, findings, ms)
+
+
+def _death(backend: str, stage: str, opt: str, reply: Reply) -> Finding:
+    how = "timeout" if reply.hung else (reply.died or "died")
+    return Finding(
+        symptom="hang" if reply.hung else "crash",
+        backend=backend,
+        stage=stage,
+        opt=opt,
+        signature=death_signature(backend, stage, opt, how),
+        detail=f"worker {'hung' if reply.hung else 'died'} ({how}) at {stage}",
+        log=reply.log,
+    )
+
+
+def _error(backend: str, opt: str, error: dict[str, str], log: str = "") -> Finding:
+    first = (error["message"].strip().splitlines() or [""])[0]
+    return Finding(
+        symptom="crash",
+        backend=backend,
+        stage=error["stage"],
+        opt=opt,
+        signature=error_signature(backend, error["stage"], opt, error["type"], error["message"]),
+        detail=f"{error['type']}: {first[:200]}",
+        log=error["traceback"] + ("\n--- worker output ---\n" + log if log.strip() else ""),
+    )
+
+
+def _mismatch_log(mismatches: list[Mismatch]) -> str:
+    return "".join(f"{m.name}: {m.reason}: {m.detail}\n" for m in mismatches)

@@ -1,0 +1,157 @@
+"""The worker process: imports the heavy libraries once, then serves requests from the parent.
+
+Run as `python -m nnsmith_cov.campaign.worker --fd-in R --fd-out W --backends ort,tvm`.
+Everything that can crash (PyTorch running a model, the exporter, the compilers)
+runs here, so a segfault, an abort or a hang costs only this process. The wire
+format is in `protocol.py`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from nnsmith_cov.campaign.protocol import (
+    FrameReader,
+    decode_arrays,
+    encode_arrays,
+    read_frame_blocking,
+    write_frame,
+)
+
+Emit = Callable[[dict[str, Any]], None]
+
+
+def error_record(stage: str, e: BaseException) -> dict[str, str]:
+    cause = e.__cause__ or e
+    return {
+        "stage": stage,
+        "type": type(cause).__name__,
+        "message": str(cause),
+        "traceback": "".join(traceback.format_exception(cause)),
+    }
+
+
+class Worker:
+    """Request handlers; `emit` sends a message to the parent."""
+
+    def __init__(self, specs: list[str], emit: Emit) -> None:
+        from nnsmith_cov.backends.registry import load_backend
+
+        self.emit = emit
+        self.backends: dict[str, Any] = {}
+        self.unavailable: dict[str, str] = {}
+        for spec in specs:
+            try:
+                backend = load_backend(spec)
+                reason = backend.unavailable()
+            except (ImportError, AttributeError) as e:
+                backend, reason = None, f"cannot load backend {spec}: {e}"
+            if reason:
+                self.unavailable[spec] = reason.splitlines()[0]
+            else:
+                self.backends[spec] = backend
+
+    def stage(self, stage: str) -> None:
+        self.emit({"kind": "stage", "stage": stage})
+
+    def hello(self, msg: dict[str, Any]) -> dict[str, Any]:
+        import torch
+
+        versions = {"torch": torch.__version__, "python": sys.version.split()[0]}
+        versions |= {spec: b.version() for spec, b in self.backends.items()}
+        return {"kind": "ready", "pid": os.getpid(), "versions": versions, "unavailable": self.unavailable}
+
+    def prepare(self, msg: dict[str, Any]) -> dict[str, Any]:
+        from nnsmith_cov.gen.graph_ir import GraphIR
+        from nnsmith_cov.materialize.model_dir import materialize_and_export, value_arrays
+        from nnsmith_cov.materialize.onnx_export import ExportError
+        from nnsmith_cov.materialize.torch_module import output_name
+        from nnsmith_cov.ops import is_op
+        from nnsmith_cov.search.gradient import search_values
+
+        graph = GraphIR.from_json(msg["graph"], known_op=is_op)
+        reply: dict[str, Any] = {"kind": "prepared", "search": None, "values": {}, "oracle": None, "onnx": None}
+        self.stage("reference")
+        t0 = time.perf_counter()
+        try:
+            search = search_values(graph, msg["seed"], **msg.get("search", {}))
+        except Exception as e:  # PyTorch itself failed on a valid graph: a finding
+            return reply | {"error": error_record("reference", e)}
+        reply["search"] = search.summary()
+        reply["values"] = encode_arrays(value_arrays(graph, search.values))
+        if not search.ok:
+            return reply | {"error": None}
+        reply["oracle"] = encode_arrays({output_name(v): a for v, a in search.oracle.items()})
+        self.stage("export")
+        t1 = time.perf_counter()
+        try:
+            reply["onnx"] = materialize_and_export(graph, search.values).onnx
+        except ExportError as e:
+            return reply | {"error": error_record("export", e)}
+        reply["ms"] = {"search": (t1 - t0) * 1e3, "export": (time.perf_counter() - t1) * 1e3}
+        return reply | {"error": None}
+
+    def run(self, msg: dict[str, Any]) -> dict[str, Any]:
+        from nnsmith_cov.backends.base import BackendError, Opt
+
+        backend = self.backends[msg["backend"]]
+        inputs = decode_arrays(msg["inputs"])
+        steps = (
+            ("import", lambda _: backend.load(msg["onnx"])),
+            ("compile", lambda model: backend.compile(model, Opt(msg["opt"]))),
+            ("execute", lambda exe: backend.run(exe, inputs)),
+        )
+        ms: dict[str, float] = {}
+        result: Any = None
+        for stage, step in steps:
+            self.stage(stage)
+            t0 = time.perf_counter()
+            try:
+                result = step(result)
+            except BackendError as e:
+                return {"kind": "error", "error": error_record(e.stage.value, e)}
+            except Exception as e:  # a plug-in backend that does not tag its errors
+                return {"kind": "error", "error": error_record(stage, e)}
+            ms[stage] = (time.perf_counter() - t0) * 1e3
+        return {"kind": "outputs", "outputs": encode_arrays(result), "ms": ms}
+
+
+def serve(fd_in: int, fd_out: int, specs: list[str]) -> int:
+    emit = lambda m: write_frame(fd_out, m)
+    worker = Worker(specs, emit)
+    handlers = {"hello": worker.hello, "prepare": worker.prepare, "run": worker.run}
+    reader = FrameReader()
+    while True:
+        msg = read_frame_blocking(fd_in, reader)
+        if msg is None or msg["kind"] == "exit":
+            return 0
+        handler = handlers.get(msg["kind"])
+        if handler is None:
+            emit({"kind": "fault", "message": f"unknown request {msg['kind']!r}"})
+            continue
+        try:
+            emit(handler(msg))
+        except Exception as e:  # a fault of ours, not of the system under test: report it, keep serving
+            emit({"kind": "fault", "message": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(prog="nnsmith-cov-worker")
+    ap.add_argument("--fd-in", type=int, required=True)
+    ap.add_argument("--fd-out", type=int, required=True)
+    ap.add_argument("--backends", default="")
+    args = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(1)  # one core per worker; parallelism comes from more workers
+    return serve(args.fd_in, args.fd_out, [s for s in args.backends.split(",") if s])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

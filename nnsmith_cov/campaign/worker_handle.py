@@ -1,0 +1,187 @@
+"""The parent's handle on one worker process: start it, call it with a timeout, replace it."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nnsmith_cov.campaign.protocol import FrameReader, ProtocolError, write_frame
+
+# Worker libraries get one thread each: results do not depend on the pool size,
+# and N workers on N cores do not fight.
+_WORKER_ENV = {"OMP_NUM_THREADS": "1", "TVM_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+LOG_LIMIT = 8 << 20  # a worker log past this is cut at the next call
+
+
+class WorkerStartError(Exception):
+    """The worker could not start (its log tail says why)."""
+
+
+class WorkerFault(Exception):
+    """The worker hit an error in nnsmith-cov's own code (not in a system under test)."""
+
+
+@dataclass
+class Reply:
+    """How a call ended: with a message, with the worker's death, or with a timeout."""
+
+    msg: dict[str, Any] | None
+    stage: str | None  # the last stage the worker announced
+    died: str | None = None  # "SIGSEGV", "SIGABRT", "exit status 3"
+    hung: bool = False
+    log: str = ""  # what the worker printed during the call (its tail)
+    elapsed_ms: float = 0.0
+
+
+def death_name(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return signal.Signals(-returncode).name
+        except ValueError:
+            return f"signal {-returncode}"
+    return f"exit status {returncode}"
+
+
+class WorkerHandle:
+    """One worker subprocess serving `backends`; replaced transparently after a death or hang."""
+
+    def __init__(self, backends: list[str], log_path: Path, startup_timeout_s: float = 300.0) -> None:
+        self.backends = backends
+        self.log_path = log_path
+        self.startup_timeout_s = startup_timeout_s
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+        self.deaths = 0  # crashes and hangs; each is followed by a fresh worker at the next call
+        self.ready: dict[str, Any] = {}
+        self._to_child = self._from_child = -1
+        self._reader = FrameReader()
+
+    # -- lifecycle ---------------------------------------------------------------
+    def start(self) -> dict[str, Any]:
+        """Start the worker if it is not running; returns its hello reply."""
+        if self.proc is not None and self.proc.poll() is None:
+            return self.ready
+        self._reap()
+        req_r, req_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        env = os.environ | _WORKER_ENV | {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            cmd = [sys.executable, "-m", "nnsmith_cov.campaign.worker", "--fd-in", str(req_r), "--fd-out", str(rep_w)]
+            self.proc = subprocess.Popen(
+                [*cmd, "--backends", ",".join(self.backends)],
+                pass_fds=(req_r, rep_w),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=env,
+                start_new_session=True,  # a Ctrl-C in the terminal reaches the parent only
+            )
+        os.close(req_r)
+        os.close(rep_w)
+        self._to_child, self._from_child = req_w, rep_r
+        self._reader = FrameReader()
+        self.starts += 1
+        reply = self.call({"kind": "hello"}, self.startup_timeout_s)
+        if reply.msg is None or reply.msg.get("kind") != "ready":
+            how = "did not answer in time" if reply.hung else (reply.died or "answered wrongly")
+            tail = reply.log.strip().splitlines()[-1:] or ["(no output)"]
+            self.close()
+            raise WorkerStartError(f"worker {how}: {tail[0]}")
+        self.ready = reply.msg
+        return self.ready
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                write_frame(self._to_child, {"kind": "exit"})
+                self.proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                self._kill()
+        self._reap()
+
+    def _kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def _reap(self) -> None:
+        for fd in (self._to_child, self._from_child):
+            if fd >= 0:
+                os.close(fd)
+        self._to_child = self._from_child = -1
+        self.proc = None
+
+    # -- calls -------------------------------------------------------------------
+    def call(self, request: dict[str, Any], timeout_s: float) -> Reply:
+        """Send `request`, wait for its final reply for at most `timeout_s` seconds."""
+        if self.proc is None and request["kind"] != "hello":
+            self.start()
+        log_start = self._log_size()
+        if log_start > LOG_LIMIT:
+            os.truncate(self.log_path, 0)  # the child appends (O_APPEND), so cutting is safe
+            log_start = 0
+        t0 = time.monotonic()
+        stage = None
+        try:
+            write_frame(self._to_child, request)
+        except BrokenPipeError:
+            return self._dead(stage, log_start, t0)
+        while True:
+            try:
+                msg = self._reader.next()
+            except ProtocolError:
+                self._kill()
+                return self._dead(stage, log_start, t0)
+            if msg is not None:
+                if msg["kind"] == "stage":
+                    stage = msg["stage"]
+                    continue
+                if msg["kind"] == "fault":
+                    raise WorkerFault(msg["message"] + "\n" + msg.get("traceback", ""))
+                return Reply(msg, stage, log=self._log_since(log_start), elapsed_ms=(time.monotonic() - t0) * 1e3)
+            left = timeout_s - (time.monotonic() - t0)
+            if left <= 0:
+                self._kill()
+                reply = self._dead(stage, log_start, t0)
+                reply.died, reply.hung = None, True
+                return reply
+            ready, _, _ = select.select([self._from_child], [], [], left)
+            if ready:
+                data = os.read(self._from_child, 1 << 20)
+                if not data:
+                    return self._dead(stage, log_start, t0)
+                self._reader.feed(data)
+
+    def _dead(self, stage: str | None, log_start: int, t0: float) -> Reply:
+        assert self.proc is not None
+        self.deaths += 1
+        try:
+            code = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # closed its pipe but lives on: finish it
+            self._kill()
+            code = self.proc.returncode
+        self._reap()
+        elapsed = (time.monotonic() - t0) * 1e3
+        return Reply(None, stage, died=death_name(code), log=self._log_since(log_start), elapsed_ms=elapsed)
+
+    def _log_size(self) -> int:
+        try:
+            return self.log_path.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def _log_since(self, offset: int, limit: int = 64 << 10) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(max(offset, self._log_size() - limit))
+                return f.read().decode("utf-8", "replace")
+        except FileNotFoundError:
+            return ""

@@ -1,0 +1,1 @@
+"""The differential oracle: output comparison, symptoms, signatures, bug bundles."""

@@ -1,0 +1,55 @@
+"""What a test case found: the symptom, where it happened and how to tell it from others."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from nnsmith_cov.gen.graph_ir import GraphIR
+
+SYMPTOMS = ("crash", "hang", "inconsistency")
+
+
+@dataclass
+class Finding:
+    """One symptom of one test case on one backend (or PyTorch, for export/reference)."""
+
+    symptom: str  # crash | hang | inconsistency
+    backend: str  # a backend spec, or "torch" for the reference run and the exporter
+    stage: str  # reference | export | import | compile | execute
+    opt: str  # "opt" | "O0" | "-" (PyTorch)
+    signature: str  # normalized: equal signatures are one bug
+    detail: str  # one line for the screen
+    log: str = ""  # traceback, worker output, mismatch details
+    # Where O0 puts the fault: "optimization" (O0 is right), "conversion" (O0 fails too)
+    localized: str | None = None
+    actual: dict[str, np.ndarray] = field(default_factory=dict)  # outputs, for inconsistencies
+
+    def kind(self) -> str:
+        return f"{self.symptom}/{self.stage}"
+
+    def header(self) -> dict[str, str | None]:
+        """The identifying fields, as bundles and findings.jsonl record them."""
+        return {
+            "symptom": self.symptom,
+            "backend": self.backend,
+            "stage": self.stage,
+            "opt": self.opt,
+            "localized": self.localized,
+            "signature": self.signature,
+        }
+
+
+def producer_ops(graph: GraphIR, value: int, depth: int = 2) -> list[str]:
+    """Op types along the first-input chain that produced `value`: ["Conv2d", "Add"] for
+    Conv2d(Add(...)); the pattern an inconsistency signature names."""
+    producer = {v: inst for inst in graph.insts for v in inst.outputs}
+    ops: list[str] = []
+    while value in producer and len(ops) < depth:
+        inst = producer[value]
+        ops.append(inst.op)
+        if not inst.inputs:
+            break
+        value = inst.inputs[0]
+    return ops

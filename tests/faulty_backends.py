@@ -1,0 +1,68 @@
+"""Deliberately faulty backends (ONNXRuntime underneath) for testing the harness.
+
+The worker loads them as `faulty_backends:<Class>`; the worker's PYTHONPATH is
+the parent's sys.path, which under pytest holds this folder.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+from typing import Any
+
+import numpy as np
+
+from nnsmith_cov.backends.base import Opt
+from nnsmith_cov.backends.ort import OrtBackend
+
+
+class Perturb(OrtBackend):
+    """Right at O0, wrong at OPT: adds 1 to the first element of the first output."""
+
+    name = "perturb"
+
+    def compile(self, model: Any, opt: Opt) -> Any:
+        return super().compile(model, opt), opt
+
+    def run(self, exe: Any, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        session, opt = exe
+        outs = super().run(session, inputs)
+        if opt is Opt.OPT:
+            name = next(iter(outs))
+            a = outs[name].copy()
+            flat = a.reshape(-1)
+            if flat.size:
+                flat[0] = (not flat[0]) if a.dtype == np.bool_ else flat[0] + 1
+            outs[name] = a
+        return outs
+
+
+class Segfault(OrtBackend):
+    name = "segfault"
+
+    def compile(self, model: Any, opt: Opt) -> Any:
+        ctypes.string_at(0)  # reads address 0: SIGSEGV
+
+
+class Abort(OrtBackend):
+    name = "abort"
+
+    def run(self, exe: Any, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        os.abort()
+
+
+class Hang(OrtBackend):
+    name = "hang"
+
+    def compile(self, model: Any, opt: Opt) -> Any:
+        time.sleep(3600)
+
+
+class Raises(OrtBackend):
+    """Fails at compile with a message holding a number that changes from model to model."""
+
+    name = "raises"
+
+    def compile(self, model: Any, opt: Opt) -> Any:
+        raise RuntimeError(f"Check failed: buffer of {len(model)} bytes at 0x{id(model):x} is not aligned")

@@ -1,0 +1,76 @@
+"""ORT and TVM each compile and run a small real model at both optimization levels;
+errors carry their stage; the registry resolves names and plug-ins."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from nnsmith_cov.backends.base import BackendError, Opt, Stage
+from nnsmith_cov.backends.registry import check_spec, load_backend
+
+
+def _model() -> bytes:
+    """y = relu(x @ w + b) with w, b as initializers; z = sigmoid(y) * x[:, :3]."""
+    w = helper.make_tensor("w", TensorProto.FLOAT, [4, 3], np.linspace(-1, 1, 12, dtype=np.float32))
+    b = helper.make_tensor("b", TensorProto.FLOAT, [3], [0.1, -0.2, 0.3])
+    starts = helper.make_tensor("starts", TensorProto.INT64, [1], [0])
+    ends = helper.make_tensor("ends", TensorProto.INT64, [1], [3])
+    axes = helper.make_tensor("axes", TensorProto.INT64, [1], [1])
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"]),
+        helper.make_node("Add", ["m", "b"], ["a"]),
+        helper.make_node("Relu", ["a"], ["y"]),
+        helper.make_node("Sigmoid", ["y"], ["s"]),
+        helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["xs"]),
+        helper.make_node("Mul", ["s", "xs"], ["z"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "small",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3]) for n in ("y", "z")],
+        [w, b, starts, ends, axes],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
+def _expected(x: np.ndarray) -> dict[str, np.ndarray]:
+    w = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
+    y = np.maximum(x @ w + np.array([0.1, -0.2, 0.3], np.float32), 0)
+    return {"y": y, "z": (1 / (1 + np.exp(-y))) * x[:, :3]}
+
+
+@pytest.mark.parametrize("name", ["ort", "tvm"])
+@pytest.mark.parametrize("opt", list(Opt))
+def test_backend_runs_a_small_model(name, opt):
+    backend = load_backend(name)
+    assert backend.unavailable() is None
+    assert backend.version()
+    x = np.arange(8, dtype=np.float32).reshape(2, 4) / 4 - 1
+    out = backend.run(backend.compile(backend.load(_model()), opt), {"x": x})
+    assert set(out) == {"y", "z"}
+    for k, v in _expected(x).items():
+        assert out[k].shape == v.shape and out[k].dtype == np.float32
+        np.testing.assert_allclose(out[k], v, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name, stage", [("ort", Stage.COMPILE), ("tvm", Stage.IMPORT)])
+def test_a_broken_model_fails_with_its_stage(name, stage):
+    backend = load_backend(name)
+    with pytest.raises(BackendError) as info:
+        backend.compile(backend.load(b"\x08\x07garbage"), Opt.OPT)
+    assert info.value.stage is stage
+
+
+def test_registry_accepts_builtins_and_plugins_only():
+    assert check_spec("tvm") == "tvm"
+    assert check_spec("my.module:Backend") == "my.module:Backend"
+    for bad in ("nosuch", "a:b:c", ":x", "m:"):
+        with pytest.raises(ValueError):
+            check_spec(bad)

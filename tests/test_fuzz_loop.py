@@ -1,0 +1,134 @@
+"""The unguided loop end to end with faulty backends: findings are caught, bundled, deduplicated,
+and the loop survives deaths and hangs of its worker."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nnsmith_cov.abstract.dtype import DType
+from nnsmith_cov.campaign.fuzz_loop import FuzzConfig, Fuzzer
+from nnsmith_cov.campaign.run_dir import RunDir
+from nnsmith_cov.campaign.testcase import CaseSettings
+from nnsmith_cov.campaign.worker_handle import WorkerHandle
+from nnsmith_cov.cli import main
+from nnsmith_cov.gen.generator import GenConfig
+from nnsmith_cov.ops import select_ops
+
+# Cheap to search and export, and on float32 accepted by ORT: failures are the fakes' alone.
+SIMPLE_OPS = ["Add", "Mul", "Sub", "Relu", "Sigmoid", "Tanh", "Abs", "Neg"]
+
+
+def _f32_only(op):
+    sigs = [s for s in op.sigs if all(d is DType.float32 for d in (*s[0], *s[1]))]
+    return type(op.__name__, (op,), {"sigs": sigs})
+
+
+def _fuzz(tmp_path, backend: str, tests: int, timeout_s: float = 60.0):
+    gen = GenConfig(nodes=4, ops=[_f32_only(op) for op in select_ops(SIMPLE_OPS)])
+    settings = CaseSettings([backend], timeout_s=timeout_s, search={"method": "sampling", "max_iters": 8})
+    run = RunDir(tmp_path / "run")
+    worker = WorkerHandle([backend], run.worker_log(0))
+    events = []
+    fuzzer = Fuzzer(FuzzConfig(gen, settings, seed=3, max_tests=tests), run, worker, events.append)
+    try:
+        fuzzer.start()
+        while not fuzzer.done():
+            fuzzer.step()
+        fuzzer.write_stats()
+    finally:
+        worker.close()
+    return fuzzer, events, run
+
+
+def _bundles(run: RunDir):
+    return sorted(p for p in (run.root / "findings").iterdir() if p.is_dir())
+
+
+def test_perturbed_output_is_an_optimization_inconsistency_and_reproduces(tmp_path, capsys):
+    fuzzer, events, run = _fuzz(tmp_path, "faulty_backends:Perturb", tests=3)
+    st = fuzzer.stats
+    assert st.executed == 3 and st.passed == 0
+    assert set(st.findings) == {"inconsistency/execute/faulty_backends:Perturb"}
+    assert [e[0] for e in events].count("new") == len(st.signatures) >= 1
+    bundle = _bundles(run)[0]
+    for name in ("model.onnx", "graph.json", "graph.txt", "inputs.npz", "oracle.npz", "actual.npz", "meta.json"):
+        assert (bundle / name).is_file(), name
+    meta = json.loads((bundle / "meta.json").read_text())
+    assert meta["symptom"] == "inconsistency" and meta["localized"] == "optimization"
+    assert meta["versions"]["torch"].startswith("2.13.0") and isinstance(meta["draws"], list)
+    lines = [json.loads(x) for x in (run.root / "findings.jsonl").read_text().splitlines()]
+    assert len(lines) == 3 and sum(x["new"] for x in lines) == len(st.signatures)
+    assert json.loads((run.root / "stats.json").read_text())["tests"] == 3
+
+    assert main(["repro", str(bundle)]) == 0
+    assert capsys.readouterr().out.strip().endswith("reproduces")
+
+
+@pytest.mark.parametrize(
+    "backend, how, stage",
+    [
+        ("faulty_backends:Segfault", "SIGSEGV", "compile"),
+        ("faulty_backends:Abort", "SIGABRT", "execute"),
+    ],
+)
+def test_worker_death_is_recorded_and_the_loop_goes_on(tmp_path, backend, how, stage):
+    fuzzer, events, run = _fuzz(tmp_path, backend, tests=3)
+    st = fuzzer.stats
+    assert st.findings == {f"crash/{stage}/{backend}": 3}
+    assert list(st.signatures) == [f"{backend}/{stage}/opt: {how}"]
+    # Each test kills the worker once at OPT and once more at O0 (localization).
+    assert st.restarts == 6
+    assert [e[0] for e in events] == ["new", "dup", "dup"]
+    (bundle,) = _bundles(run)
+    assert json.loads((bundle / "meta.json").read_text())["localized"] == "conversion"
+    assert how in (bundle / "error.log").read_text()
+
+
+def test_hang_past_the_timeout_is_recorded(tmp_path):
+    fuzzer, events, run = _fuzz(tmp_path, "faulty_backends:Hang", tests=2, timeout_s=3)
+    st = fuzzer.stats
+    assert st.findings == {"hang/compile/faulty_backends:Hang": 2}
+    assert list(st.signatures) == ["faulty_backends:Hang/compile/opt: timeout"]
+    assert st.restarts == 2  # no O0 re-run after a hang: it would only hang again
+
+
+def test_messages_differing_in_numbers_share_one_signature(tmp_path):
+    fuzzer, events, run = _fuzz(tmp_path, "faulty_backends:Raises", tests=3)
+    assert fuzzer.stats.findings == {"crash/compile/faulty_backends:Raises": 3}
+    assert len(fuzzer.stats.signatures) == 1
+    assert fuzzer.stats.restarts == 0  # an exception does not cost the worker
+
+
+def test_fuzz_cli_runs_and_refuses_to_overwrite(tmp_path, capsys):
+    argv = ["fuzz", "-o", str(tmp_path / "r"), "--backends", "ort", "--tests", "2", "--nodes", "3"]
+    argv += ["--ops", *SIMPLE_OPS, "--no-support", "--seed", "5"]
+    assert main(argv) == 0
+    assert json.loads((tmp_path / "r" / "stats.json").read_text())["tests"] == 2
+    assert main(argv) == 2
+    assert "already holds a run" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--backends", "nosuch", "--tests", "1"], "unknown backend"),
+        (["--tests", "1", "--time", "soon"], "not a duration"),
+        ([], "say when to stop"),
+        (["--backends", "trt", "--tests", "1", "--no-support"], "backend trt is unavailable"),
+    ],
+)
+def test_fuzz_bad_input_is_one_line_error(tmp_path, capsys, extra, message):
+    assert main(["fuzz", "-o", str(tmp_path / "r"), *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+
+
+def test_repro_of_a_broken_bundle_is_one_line_error(tmp_path, capsys):
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "meta.json").write_text("{not json")
+    assert main(["repro", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "meta.json" in err or "JSON" in err
+    assert len(err.splitlines()) == 1

@@ -1,0 +1,154 @@
+"""Dedup signatures: headline extraction and normalization of instance-specific detail."""
+
+from __future__ import annotations
+
+import re
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nnsmith_cov.oracle.signature import (
+    death_signature,
+    error_signature,
+    headline,
+    mismatch_signature,
+    normalize,
+    short_id,
+)
+
+PY_TRACEBACK = """\
+Traceback (most recent call last):
+  File "/work/main/nnsmith_cov/backends/tvm.py", line 88, in compile
+    lib = relay.build(mod, target="llvm", params=params)
+          ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+  File "/usr/lib/python3/site-packages/tvm/relay/build_module.py", line 364, in build
+    graph_json, runtime_mod, params = bld_mod.build(
+                                      ~~~~~~~~~~~~~^
+ValueError: operands could not be broadcast together with shapes (3,4) (5,)
+"""
+
+TVM_MESSAGE = """\
+Traceback (most recent call last):
+  File "/work/main/nnsmith_cov/backends/tvm.py", line 91, in run
+    module.run()
+  File "/usr/lib/python3/site-packages/tvm/_ffi/_ctypes/packed_func.py", line 239, in __call__
+    raise_last_ffi_error()
+tvm.error.InternalError: Traceback (most recent call last):
+  4: TVMFuncCall
+  3: tvm::runtime::GraphExecutor::Run()
+  2: tvm::runtime::GraphExecutor::SetInputZeroCopy(int, DLTensor*)
+  1: tvm::runtime::NDArray::CopyFromTo(DLTensor const*, DLTensor*, void*)
+  0: tvm::runtime::NDArray::CopyToBytes(DLTensor const*, void*, unsigned long)
+  File "/project/src/runtime/ndarray.cc", line 284
+InternalError: Check failed: (ptr->ndim == ndim) is false: Mismatched ndim for v12: 3 vs 2 at 0x7f3a9c00d2e0
+"""
+
+ORT_MESSAGE = (
+    "[ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : Could not find an implementation for Atan(7) node with name '/Atan_3'"
+)
+
+
+def test_headline_picks_exception_line_from_python_traceback():
+    assert headline(PY_TRACEBACK) == "ValueError: operands could not be broadcast together with shapes (3,4) (5,)"
+
+
+def test_headline_picks_exception_line_after_cpp_backtrace():
+    assert headline(TVM_MESSAGE).startswith("InternalError: Check failed: (ptr->ndim == ndim) is false:")
+
+
+def test_headline_of_chained_exceptions_is_the_last_raised():
+    msg = (
+        "Traceback (most recent call last):\n  File \"a.py\", line 1, in f\n    g()\nKeyError: 'x'\n\n"
+        "During handling of the above exception, another exception occurred:\n\n"
+        'Traceback (most recent call last):\n  File "a.py", line 3, in h\n    f()\n'
+        "RuntimeError: compile failed\n"
+    )
+    assert headline(msg) == "RuntimeError: compile failed"
+
+
+def test_headline_without_traceback_is_first_nonempty_line():
+    assert headline("\n\n  " + ORT_MESSAGE + "\nmore detail\n") == ORT_MESSAGE
+    assert headline("onnxruntime.capi.onnxruntime_pybind11_state.Fail: [ONNXRuntimeError] : 1 : FAIL") == (
+        "onnxruntime.capi.onnxruntime_pybind11_state.Fail: [ONNXRuntimeError] : 1 : FAIL"
+    )
+    assert headline("") == ""
+    assert headline("\n   \n") == ""
+
+
+def test_headline_is_capped():
+    assert len(headline("E" * 1000)) == 300
+
+
+def test_ort_message_normalizes():
+    assert normalize(ORT_MESSAGE) == (
+        "[ONNXRuntimeError] : N : NOT_IMPLEMENTED : "
+        "Could not find an implementation for Atan(S) node with name '/Atan_#'"
+    )
+
+
+def test_instances_of_one_bug_share_a_signature():
+    a = (
+        "Check failed: (ptr->ndim == ndim) is false: Mismatched ndim for i12 (shape (1, 2, 3)) at 0x7f3a9c00d2e0 "
+        "in alloc5 / lv12 / gv3, node '/Conv_3/Add_output_0', w3 -> o7, v45 [4,5] scale -1.5e-3 ndarray.cc:284"
+    )
+    b = (
+        "Check failed: (ptr->ndim == ndim) is false: Mismatched ndim for i3 (shape (7, 20, 1)) at 0x55d1c0ffee00 "
+        "in alloc12 / lv1 / gv40, node '/Conv_11/Add_output_2', w0 -> o99, v1 [12,3] scale 2.0E+4 ndarray.cc:1532"
+    )
+    assert normalize(a) == normalize(b)
+    assert error_signature("tvm", "execute", "O3", "InternalError", TVM_MESSAGE) == error_signature(
+        "tvm", "execute", "O3", "InternalError", TVM_MESSAGE.replace("v12: 3 vs 2", "v7: 4 vs 1").replace("284", "9")
+    )
+
+
+def test_different_operator_or_error_kind_do_not_share():
+    assert normalize(ORT_MESSAGE) != normalize(ORT_MESSAGE.replace("Atan", "Acos"))
+    assert normalize("TypeError: bad shape (1, 2)") != normalize("ValueError: bad shape (1, 2)")
+    assert normalize("unsupported Conv2d") != normalize("unsupported Conv3d")
+
+
+def test_dtype_and_op_names_survive():
+    text = "cannot cast float32 to int64 (uint8, float16, bfloat16, int8) in Conv2d / conv1d / MaxPool3d"
+    assert normalize(text) == text
+    assert normalize("T.Tensor((3, 4), dtype='float32')") == "T.Tensor((S), dtype='float32')"
+    assert normalize("opset 20") == "opset N"
+
+
+def test_whitespace_is_collapsed():
+    assert normalize("  a \t\n  b  ") == "a b"
+
+
+@given(st.text())
+def test_normalize_is_idempotent(s):
+    once = normalize(s)
+    assert normalize(once) == once
+
+
+@given(st.text(alphabet="0123456789x-._/ ()[],:eE+iwovlgalc#N", max_size=40))
+def test_normalize_is_idempotent_on_number_heavy_text(s):
+    once = normalize(s)
+    assert normalize(once) == once
+
+
+def test_composed_signatures():
+    assert error_signature("ort", "compile", "O1", "Fail", ORT_MESSAGE).startswith(
+        "ort/compile/O1: Fail: [ONNXRuntimeError] : N : NOT_IMPLEMENTED"
+    )
+    assert death_signature("tvm", "compile", "O3", "SIGSEGV") == "tvm/compile/O3: SIGSEGV"
+    assert (
+        mismatch_signature("tvm", "O3", "value", ["Conv", "Relu", "Add"])
+        == "tvm/execute/O3: inconsistent value near Conv<-Relu<-Add"
+    )
+
+
+def test_short_id():
+    sid = short_id("tvm/compile/O3: SIGSEGV")
+    assert re.fullmatch(r"[0-9a-f]{12}", sid)
+    assert sid == short_id("tvm/compile/O3: SIGSEGV") != short_id("tvm/compile/O2: SIGSEGV")
+
+
+def test_shapes_of_any_rank_are_one_token():
+    a = "R.Tensor((), dtype='float16') vs lv"
+    b = "R.Tensor((2, 3, 4), dtype='float16') vs lv7"
+    assert normalize(a) == normalize(b) == "R.Tensor((S), dtype='float16') vs lv#"
+    assert normalize("R.Tensor((2,), dtype='float16')") != normalize("R.Tensor((2,), dtype='float64')")
