@@ -133,6 +133,8 @@ def _parser() -> argparse.ArgumentParser:
     _add_gen_flags(f)
     f.add_argument("--rtol", type=_nonneg_float, default=1e-2, help="relative tolerance (default 0.01)")
     f.add_argument("--atol", type=_nonneg_float, default=1e-3, help="absolute tolerance (default 0.001)")
+    f.add_argument("--half-rtol", type=_nonneg_float, default=5e-2, help="rtol for float16 outputs (default 0.05)")
+    f.add_argument("--half-atol", type=_nonneg_float, default=1e-2, help="atol for float16 outputs (default 0.01)")
     f.add_argument("--timeout-s", type=_duration, default=60.0, help="per worker request (default 60)")
     f.add_argument("--search", choices=METHODS, default="gradient", help="value search (default gradient)")
     f.add_argument("--no-localize", action="store_true", help="do not re-run failures at O0")
@@ -255,6 +257,8 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         backends=args.backends,
         rtol=args.rtol,
         atol=args.atol,
+        half_rtol=args.half_rtol,
+        half_atol=args.half_atol,
         timeout_s=args.timeout_s,
         search={"method": args.search, "max_iters": 256, "budget_ms": 5000},
         localize=not args.no_localize,
@@ -303,7 +307,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
 
 
 def _supported_ops(args: argparse.Namespace, worker, ops, console) -> list:
-    from nnsmith_cov.backends.support import SupportError, default_cache_dir, load_or_probe, restrict_ops
+    from nnsmith_cov.backends.op_support import SupportError, default_cache_dir, load_or_probe, restrict_ops
 
     cache = args.support_cache or default_cache_dir()
     with console.status("probing operator support (once per backend version)") as status:

@@ -134,3 +134,13 @@ def test_agrees_exactly_when_numpy_isclose_does(x, data):
     y = x + noise
     ms = compare_outputs({"o": x}, {"o": y})
     assert (ms == []) == bool(np.isclose(y, x, rtol=1e-2, atol=1e-3).all())
+
+
+def test_float16_outputs_get_their_own_tolerance():
+    e = {"h": np.array([1.0, 2.0], np.float16), "f": np.array([1.0, 2.0], np.float32)}
+    a = {"h": np.array([1.03, 2.0], np.float16), "f": np.array([1.03, 2.0], np.float32)}
+    found = compare_outputs(e, a, 1e-2, 1e-3, per_dtype={"float16": (5e-2, 1e-2)})
+    assert [m.name for m in found] == ["f"]
+    assert [m.name for m in compare_outputs(e, a, 1e-2, 1e-3)] == ["h", "f"]
+    with pytest.raises(ValueError):
+        compare_outputs(e, a, per_dtype={"float16": (-1.0, 0.0)})

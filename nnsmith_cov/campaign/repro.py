@@ -32,6 +32,8 @@ def reproduce(bundle: Bundle, log_path: Path, timeout_s: float | None = None) ->
         backends=[] if on_torch else [backend],
         rtol=saved.get("rtol", 1e-2),
         atol=saved.get("atol", 1e-3),
+        half_rtol=saved.get("half_rtol", 5e-2),
+        half_atol=saved.get("half_atol", 1e-2),
         timeout_s=timeout_s or saved.get("timeout_s", 60.0),
         search=saved.get("search") or CaseSettings([]).search,
     )

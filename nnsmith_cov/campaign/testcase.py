@@ -23,6 +23,8 @@ class CaseSettings:
     backends: list[str]
     rtol: float = 1e-2
     atol: float = 1e-3
+    half_rtol: float = 5e-2  # float16 outputs: ten ops of half-precision rounding fit in 5%
+    half_atol: float = 1e-2
     timeout_s: float = 60.0  # per worker request (search + export, or one backend at one opt level)
     search: dict[str, Any] = field(default_factory=lambda: {"method": "gradient", "max_iters": 256, "budget_ms": 5000})
     localize: bool = True  # re-run at O0 after a failure at OPT
@@ -32,6 +34,8 @@ class CaseSettings:
             "backends": self.backends,
             "rtol": self.rtol,
             "atol": self.atol,
+            "half_rtol": self.half_rtol,
+            "half_atol": self.half_atol,
             "timeout_s": self.timeout_s,
             "search": self.search,
             "localize": self.localize,
@@ -104,7 +108,8 @@ def judge(prepared: Prepared, backend: str, opt: str, reply: Reply, settings: Ca
         return _error(backend, opt, reply.msg["error"], reply.log)
     assert prepared.oracle is not None
     actual = decode_arrays(reply.msg["outputs"])
-    mismatches = compare_outputs(prepared.oracle, actual, settings.rtol, settings.atol)
+    half = {"float16": (settings.half_rtol, settings.half_atol)}
+    mismatches = compare_outputs(prepared.oracle, actual, settings.rtol, settings.atol, half)
     if not mismatches:
         return None
     first = mismatches[0]

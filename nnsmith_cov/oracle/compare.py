@@ -77,16 +77,24 @@ def compare_outputs(
     actual: Mapping[str, np.ndarray],
     rtol: float = 1e-2,
     atol: float = 1e-3,
+    per_dtype: Mapping[str, tuple[float, float]] | None = None,
 ) -> list[Mismatch]:
-    """Mismatches between `actual` and `expected`, in `expected`'s order, then extras; [] means agreement."""
-    if rtol < 0 or atol < 0:
-        raise ValueError(f"tolerances must be non-negative, got rtol={rtol} atol={atol}")
+    """Mismatches between `actual` and `expected`, in `expected`'s order, then extras; [] means agreement.
+
+    `per_dtype` maps a dtype name ("float16") to its own (rtol, atol): half precision
+    accumulates rounding a tolerance made for float32 would call a bug.
+    """
+    tolerances = [(rtol, atol), *(per_dtype or {}).values()]
+    if any(r < 0 or a < 0 for r, a in tolerances):
+        raise ValueError(f"tolerances must be non-negative, got {tolerances}")
     out: list[Mismatch] = []
     for name, e in expected.items():
         if name not in actual:
             out.append(Mismatch(name, "missing", "no such output from the backend"))
             continue
-        m = _compare_one(name, np.asarray(e), np.asarray(actual[name]), rtol, atol)
+        e = np.asarray(e)
+        r, a = (per_dtype or {}).get(e.dtype.name, (rtol, atol))
+        m = _compare_one(name, e, np.asarray(actual[name]), r, a)
         if m is not None:
             out.append(m)
     out.extend(Mismatch(n, "extra", "output not in the reference") for n in actual if n not in expected)
