@@ -15,8 +15,8 @@ from pathlib import Path
 
 from nnsmith_cov.backends.op_support import default_cache_dir, load_or_probe, summary_rows
 from nnsmith_cov.campaign.worker_handle import WorkerHandle
-from nnsmith_cov.oracle.signature import normalize
 from nnsmith_cov.ops import ALL_OPS
+from nnsmith_cov.oracle.signature import normalize
 
 
 def main() -> None:
