@@ -64,6 +64,11 @@ def test_perturbed_output_is_an_optimization_inconsistency_and_reproduces(tmp_pa
 
     assert main(["repro", str(bundle)]) == 0
     assert capsys.readouterr().out.strip().endswith("reproduces")
+    # The same bundle against the unperturbed backend: the outputs agree, so it does not reproduce.
+    meta["backend"] = "ort"
+    (bundle / "meta.json").write_text(json.dumps(meta))
+    assert main(["repro", str(bundle)]) == 1
+    assert capsys.readouterr().out.strip().endswith("does not reproduce")
 
 
 @pytest.mark.parametrize(
@@ -73,7 +78,7 @@ def test_perturbed_output_is_an_optimization_inconsistency_and_reproduces(tmp_pa
         ("faulty_backends:Abort", "SIGABRT", "execute"),
     ],
 )
-def test_worker_death_is_recorded_and_the_loop_goes_on(tmp_path, backend, how, stage):
+def test_worker_death_is_recorded_and_the_loop_goes_on(tmp_path, capsys, backend, how, stage):
     fuzzer, events, run = _fuzz(tmp_path, backend, tests=3)
     st = fuzzer.stats
     assert st.findings == {f"crash/{stage}/{backend}": 3}
@@ -84,6 +89,8 @@ def test_worker_death_is_recorded_and_the_loop_goes_on(tmp_path, backend, how, s
     (bundle,) = _bundles(run)
     assert json.loads((bundle / "meta.json").read_text())["localized"] == "conversion"
     assert how in (bundle / "error.log").read_text()
+    assert main(["repro", str(bundle)]) == 0
+    assert f"now:      {backend}/{stage}/opt: {how}" in capsys.readouterr().out
 
 
 def test_hang_past_the_timeout_is_recorded(tmp_path):
