@@ -74,3 +74,28 @@ def test_registry_accepts_builtins_and_plugins_only():
     for bad in ("nosuch", "a:b:c", ":x", "m:"):
         with pytest.raises(ValueError):
             check_spec(bad)
+
+
+def test_tvm_returns_constant_int64_outputs_as_arrays():
+    # Relax turns int64 values computed from initializers alone into shape values.
+    c = helper.make_tensor("c", TensorProto.INT64, [3], [4, -5, 6])
+    graph = helper.make_graph(
+        [
+            helper.make_node("Add", ["c", "c"], ["a"]),
+            helper.make_node("Concat", ["c", "a"], ["n"], axis=0),
+            helper.make_node("Relu", ["x"], ["r"]),
+        ],
+        "shape_out",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [
+            helper.make_tensor_value_info("n", TensorProto.INT64, [6]),
+            helper.make_tensor_value_info("r", TensorProto.FLOAT, [2]),
+        ],
+        [c],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    backend = load_backend("tvm")
+    out = backend.run(backend.compile(backend.load(model.SerializeToString()), Opt.OPT), {"x": np.ones(2, np.float32)})
+    assert out["n"].dtype == np.int64
+    np.testing.assert_array_equal(out["n"], [4, -5, 6, 8, -10, 12])

@@ -84,7 +84,15 @@ class TvmBackend:
             outs = [out] if hasattr(out, "numpy") else list(out)
             if len(outs) != len(exe.outputs):
                 raise RuntimeError(f"{len(outs)} outputs returned, model declares {len(exe.outputs)}")
-            return {n: np.asarray(o.numpy()) for n, o in zip(exe.outputs, outs)}
+            return {n: _to_numpy(o) for n, o in zip(exe.outputs, outs)}
+
+
+def _to_numpy(out: Any) -> np.ndarray:
+    # The Relax frontend turns int64 values computed from constants alone into shape
+    # values (R.Shape); the VM then returns a Shape, whose entries are the tensor's.
+    if hasattr(out, "numpy"):
+        return np.asarray(out.numpy())
+    return np.asarray(list(out), dtype=np.int64)
 
 
 @dataclass

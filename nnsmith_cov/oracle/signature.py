@@ -6,7 +6,7 @@ import hashlib
 import re
 from collections.abc import Sequence
 
-_HEADLINE_CAP = 300
+_HEADLINE_CAP = 300  # characters of a headline; signatures cut after normalizing, so lengths agree
 
 # Lines that belong to a backtrace rather than to the error itself.
 _TB_HEADER = re.compile(r"Traceback \(most recent call last\):\s*$")
@@ -42,7 +42,7 @@ def headline(message: str) -> str:
         chosen = exc or after or [line for _, line in kept]
     else:
         chosen = [line for _, line in kept]
-    return chosen[0][:_HEADLINE_CAP] if chosen else ""
+    return chosen[0][: 4 * _HEADLINE_CAP] if chosen else ""
 
 
 # Applied in order; each keeps digits that are part of a word (float32, Conv2d, int64) untouched.
@@ -73,7 +73,8 @@ def normalize(text: str) -> str:
     """`text` with what varies between instances of one bug (numbers, addresses, names) abstracted."""
     # Whitespace first, so that the rewrites below never see (or create) edge or run changes.
     text = _SPACE.sub(" ", text).strip()
-    text = _NODE.sub(lambda m: _NODE_SUFFIX.sub("_#", m.group()), text)
+    # "/Conv" and "/Conv_3" are the first and fourth Conv node: one name for both.
+    text = _NODE.sub(lambda m: _NODE_SUFFIX.sub("", m.group()), text)
     for pattern, repl in _SUBS:
         text = pattern.sub(repl, text)
     return _SHAPE.sub("(S)", text)
@@ -81,7 +82,7 @@ def normalize(text: str) -> str:
 
 def error_signature(backend: str, stage: str, opt: str, error_type: str, message: str) -> str:
     """Signature of a backend exception at `stage` (e.g. compile, execute)."""
-    return f"{backend}/{stage}/{opt}: {error_type}: {normalize(headline(message))}"
+    return f"{backend}/{stage}/{opt}: {error_type}: {normalize(headline(message))[:_HEADLINE_CAP]}"
 
 
 def death_signature(backend: str, stage: str, opt: str, how: str) -> str:
