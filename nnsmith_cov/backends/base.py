@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import importlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -81,6 +82,21 @@ def io_spec(onnx_bytes: bytes) -> IOSpec:
         tuple(i.name for i in model.graph.input if i.name not in init),
         tuple(o.name for o in model.graph.output),
     )
+
+
+def import_problem(*modules: str) -> str | None:
+    """Why one of `modules` cannot be imported (one line), or None. Native libraries fail to
+    load with OSError as often as a missing package fails with ImportError."""
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception as e:
+            return f"{name} is not importable ({type(e).__name__}: {e})".splitlines()[0]
+    return None
+
+
+def module_version(name: str) -> str:
+    return importlib.import_module(name).__version__
 
 
 @contextlib.contextmanager

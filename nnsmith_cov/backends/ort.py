@@ -6,23 +6,17 @@ from typing import Any
 
 import numpy as np
 
-from nnsmith_cov.backends.base import Opt, Stage, staged
+from nnsmith_cov.backends.base import Opt, Stage, import_problem, module_version, staged
 
 
 class OrtBackend:
     name = "ort"
 
     def unavailable(self) -> str | None:
-        try:
-            import onnxruntime  # noqa: F401
-        except ImportError as e:
-            return f"onnxruntime is not installed ({e})"
-        return None
+        return import_problem("onnxruntime")
 
     def version(self) -> str:
-        import onnxruntime
-
-        return onnxruntime.__version__
+        return module_version("onnxruntime")
 
     def load(self, onnx_bytes: bytes) -> Any:
         return onnx_bytes  # ORT parses, checks and optimizes in one call: see compile

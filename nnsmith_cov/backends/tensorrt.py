@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from nnsmith_cov.backends.base import Opt, Stage, io_spec, staged
+from nnsmith_cov.backends.base import Opt, Stage, import_problem, io_spec, module_version, staged
 
 
 def _cudart() -> Any:
@@ -45,11 +45,9 @@ class TensorrtBackend:
     name = "trt"
 
     def unavailable(self) -> str | None:
-        # Importing tensorrt can fail with OSError (missing libnvinfer) as well as ImportError.
-        try:
-            import tensorrt  # noqa: F401
-        except Exception as e:
-            return f"tensorrt is not importable ({type(e).__name__}: {e})"
+        problem = import_problem("tensorrt")
+        if problem:
+            return problem
         try:
             cudart = _cudart()
         except Exception as e:
@@ -65,9 +63,7 @@ class TensorrtBackend:
         return None
 
     def version(self) -> str:
-        import tensorrt
-
-        return tensorrt.__version__
+        return module_version("tensorrt")
 
     def load(self, onnx_bytes: bytes) -> Any:
         import tensorrt as trt

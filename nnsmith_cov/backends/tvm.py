@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from nnsmith_cov.backends.base import Opt, Stage, staged
+from nnsmith_cov.backends.base import Opt, Stage, import_problem, module_version, staged
 
 # Graph-level rewrites applied before the CPU pipeline at OPT. Each is a pass a
 # user can ask Relax for; together they reach most of relax/transform.
@@ -35,17 +35,10 @@ class TvmBackend:
     name = "tvm"
 
     def unavailable(self) -> str | None:
-        try:
-            import tvm  # noqa: F401
-            from tvm.relax.frontend.onnx import from_onnx  # noqa: F401
-        except ImportError as e:
-            return f"TVM (apache-tvm with Relax) is not importable ({e})"
-        return None
+        return import_problem("tvm", "tvm.relax.frontend.onnx")
 
     def version(self) -> str:
-        import tvm
-
-        return tvm.__version__
+        return module_version("tvm")
 
     def load(self, onnx_bytes: bytes) -> Any:
         import onnx

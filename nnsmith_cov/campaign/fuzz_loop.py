@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nnsmith_cov import __version__
-from nnsmith_cov.campaign.run_dir import RunDir
+from nnsmith_cov.campaign.run_dir import RUN_SCHEMA, RunDir
 from nnsmith_cov.campaign.testcase import CaseResult, CaseSettings, run_test
 from nnsmith_cov.campaign.worker_handle import WorkerFault, WorkerHandle
 from nnsmith_cov.gen.generator import GenConfig, Generated, GenerationError, generate
@@ -163,4 +163,4 @@ class Fuzzer:
         self.on_event(("new" if new else "dup", finding, bundle))
 
     def write_stats(self) -> None:
-        self.run.write_json("stats.json", self.stats.to_json())
+        self.run.write_json("stats.json", {"schema": RUN_SCHEMA} | self.stats.to_json())
