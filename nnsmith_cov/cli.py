@@ -140,7 +140,30 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--no-localize", action="store_true", help="do not re-run failures at O0")
     f.add_argument("--support-cache", type=Path, help="op-support cache folder (default ~/.cache/nnsmith-cov)")
     f.add_argument("--no-support", action="store_true", help="do not probe op support; use every operator")
+    f.add_argument(
+        "--collector", choices=("none", "python", "llvm"), default="none", help="coverage collector (default none)"
+    )
+    f.add_argument(
+        "--cov-targets",
+        type=lambda t: [s for s in t.split(",") if s],
+        default=[],
+        help="what the collector measures (default: tvm,torch.onnx for python; all instrumented libraries for llvm)",
+    )
 
+    c = sub.add_parser("coverage", help="run one model under a coverage collector and print JSON")
+    c.add_argument("model_dir", type=Path, help="a folder from `generate` (graph.json, record.json) or a bundle")
+    c.add_argument("--collector", choices=("python", "llvm"), default="python", help="(default python)")
+    c.add_argument(
+        "--cov-targets",
+        type=lambda t: [s for s in t.split(",") if s],
+        default=[],
+        help="what to measure, comma list: Python packages (python; default tvm,torch.onnx) "
+        "or instrumented shared libraries (llvm; default all loaded)",
+    )
+    c.add_argument("--backends", type=_backends, default=["tvm"], help="comma list (default tvm)")
+    c.add_argument("--pass-filter", nargs="+", metavar="PATH", help="pass-only folders/files (default per collector)")
+    c.add_argument("--top", type=_positive, default=15, help="files in the top list (default 15)")
+    c.add_argument("--timeout-s", type=_duration, default=300.0, help="per worker request (default 300)")
     r = sub.add_parser("repro", help="re-run a finding's bundle and say whether it reproduces")
     r.add_argument("bundle", type=Path)
     r.add_argument("--timeout-s", type=_duration, help="per request (default: the bundle's)")
@@ -267,7 +290,8 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     if (args.output / "config.json").exists():
         raise CliError(f"{args.output} already holds a run; choose another output folder")
     console = Console(stderr=True)
-    worker = WorkerHandle(args.backends, run.worker_log(0))
+    collector = "" if args.collector == "none" else args.collector
+    worker = WorkerHandle(args.backends, run.worker_log(0), collector=collector, cov_targets=args.cov_targets)
     try:
         with console.status("starting the worker (importing the backends)"):
             hello = worker.start()
@@ -355,6 +379,38 @@ def cmd_repro(args: argparse.Namespace) -> int:
     return 0 if result.reproduced else 1
 
 
+def cmd_coverage(args: argparse.Namespace) -> int:
+    import json
+    import tempfile
+
+    import numpy as np
+
+    from nnsmith_cov.campaign.measure import MeasureError, measure
+    from nnsmith_cov.campaign.testcase import CaseSettings
+    from nnsmith_cov.campaign.worker_handle import WorkerStartError
+    from nnsmith_cov.coverage.collector import PASS_FILTERS
+    from nnsmith_cov.coverage.summary import coverage_summary, format_summary
+
+    settings = CaseSettings(backends=args.backends, timeout_s=args.timeout_s)
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            m = measure(args.model_dir, settings, args.collector, args.cov_targets, Path(tmp) / "worker.log")
+        except (MeasureError, WorkerStartError) as e:
+            raise CliError(str(e)) from None
+    hits = m.result.hits
+    covered = hits.index if hits is not None else np.zeros(0, np.uint32)
+    filters = args.pass_filter or PASS_FILTERS.get(args.collector, ())
+    out = coverage_summary(m.universe, covered, filters, args.top) | {
+        "model": str(args.model_dir),
+        "backends": args.backends,
+        "status": m.result.status,
+        "findings": [f.header() for f in m.result.findings],
+    }
+    print(format_summary(out), file=sys.stderr)
+    print(json.dumps(out, indent=1))
+    return 0
+
+
 def cmd_ops(args: argparse.Namespace) -> int:
     for op in ALL_OPS:
         dtypes = sorted({d.value for s in op.sigs for d in s[0]})
@@ -368,6 +424,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
         commands = {"generate": cmd_generate, "batch": cmd_batch, "fuzz": cmd_fuzz, "repro": cmd_repro, "ops": cmd_ops}
+        commands["coverage"] = cmd_coverage
         return commands[args.command](args)
     except CliError as e:
         print(f"nnsmith-cov: error: {e}", file=sys.stderr)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from nnsmith_cov.abstract.dtype import DType
@@ -25,11 +26,11 @@ def _f32_only(op):
     return type(op.__name__, (op,), {"sigs": sigs})
 
 
-def _fuzz(tmp_path, backend: str, tests: int, timeout_s: float = 60.0):
+def _fuzz(tmp_path, backend: str, tests: int, timeout_s: float = 60.0, collector: str = ""):
     gen = GenConfig(nodes=4, ops=[_f32_only(op) for op in select_ops(SIMPLE_OPS)])
     settings = CaseSettings([backend], timeout_s=timeout_s, search={"method": "sampling", "max_iters": 8})
     run = RunDir(tmp_path / "run")
-    worker = WorkerHandle([backend], run.worker_log(0))
+    worker = WorkerHandle([backend], run.worker_log(0), collector=collector)
     events = []
     fuzzer = Fuzzer(FuzzConfig(gen, settings, seed=3, max_tests=tests), run, worker, events.append)
     try:
@@ -139,3 +140,19 @@ def test_repro_of_a_broken_bundle_is_one_line_error(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert "meta.json" in err or "JSON" in err
     assert len(err.splitlines()) == 1
+
+
+def test_a_worker_crash_mid_test_does_not_corrupt_the_coverage_map(tmp_path):
+    """ORT is not measured by the python collector, so with the same seeds the map holds just the
+    exporter's arcs: a worker that segfaults inside the backend must leave exactly that map."""
+    clean, _, _ = _fuzz(tmp_path / "clean", "ort", tests=3, collector="python")
+    crashed, _, run = _fuzz(tmp_path / "crash", "faulty_backends:Segfault", tests=3, collector="python")
+    assert (
+        crashed.stats.restarts == 6 and crashed.stats.findings
+    )  # OPT and O0 each die == {"crash/compile/faulty_backends:Segfault": 3}
+    assert clean.covmap is not None and crashed.covmap is not None
+    assert clean.stats.branches > 100
+    assert np.array_equal(crashed.covmap.virgin, clean.covmap.virgin)
+    stats = json.loads((run.root / "stats.json").read_text())
+    assert stats["coverage"]["branches"] == clean.stats.branches == clean.covmap.count()
+    assert json.loads((run.root / "config.json").read_text())["coverage"]["name"] == "python"

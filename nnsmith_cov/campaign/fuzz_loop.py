@@ -9,10 +9,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from nnsmith_cov import __version__
 from nnsmith_cov.campaign.run_dir import RUN_SCHEMA, RunDir
 from nnsmith_cov.campaign.testcase import CaseResult, CaseSettings, run_test
 from nnsmith_cov.campaign.worker_handle import WorkerFault, WorkerHandle
+from nnsmith_cov.coverage.collector import PASS_FILTERS
+from nnsmith_cov.coverage.covmap import VirginMap
+from nnsmith_cov.coverage.universe import Universe
 from nnsmith_cov.gen.generator import GenConfig, Generated, GenerationError, generate
 from nnsmith_cov.oracle.bundle import write_bundle
 from nnsmith_cov.oracle.finding import Finding
@@ -56,6 +61,11 @@ class RunStats:
     findings: collections.Counter[str] = field(default_factory=collections.Counter)  # symptom/stage/backend
     signatures: collections.Counter[str] = field(default_factory=collections.Counter)
     restarts: int = 0
+    branches: int | None = None  # covered so far, with a collector (None without)
+    pass_branches: int | None = None  # of those, in optimization passes
+    universe: int | None = None
+    cov_tests: int = 0  # tests that set a new map bit
+    last_new_s: float | None = None  # elapsed time of the last such test
     stage_ms: dict[str, list[float]] = field(default_factory=lambda: collections.defaultdict(list))
 
     def elapsed(self) -> float:
@@ -73,6 +83,15 @@ class RunStats:
             "findings": dict(self.findings),
             "unique_signatures": len(self.signatures),
             "worker_restarts": self.restarts,
+            "coverage": None
+            if self.branches is None
+            else {
+                "branches": self.branches,
+                "pass_branches": self.pass_branches,
+                "universe": self.universe,
+                "interesting_tests": self.cov_tests,
+                "last_new_s": None if self.last_new_s is None else round(self.last_new_s, 3),
+            },
         }
 
 
@@ -93,11 +112,21 @@ class Fuzzer:
         self.cfg, self.run, self.worker, self.on_event = cfg, run, worker, on_event
         self.stats = RunStats()
         self.versions: dict[str, str] = {"nnsmith-cov": __version__}
+        self.covmap: VirginMap | None = None
+        self.pass_mask: np.ndarray | None = None
+        self.universe: Universe | None = None
 
     def start(self) -> None:
         hello = self.worker.start()
         self.versions |= hello["versions"]
-        self.run.create(self.cfg.to_json() | {"versions": self.versions})
+        coverage = None
+        if hello.get("collector"):
+            self.universe = self.worker.universe()
+            self.covmap = VirginMap(len(self.universe))
+            self.pass_mask = self.universe.file_mask(PASS_FILTERS.get(self.universe.collector, ()))
+            self.stats.branches, self.stats.pass_branches, self.stats.universe = 0, 0, len(self.universe)
+            coverage = hello["collector"]
+        self.run.create(self.cfg.to_json() | {"versions": self.versions, "coverage": coverage})
 
     def done(self) -> bool:
         cfg, st = self.cfg, self.stats
@@ -126,6 +155,7 @@ class Fuzzer:
             self.stats.restarts = self.worker.deaths
         for stage, ms in result.ms.items():
             self.stats.stage_ms[stage].append(ms)
+        self.account_coverage(result)
         if result.status == "no-values":
             self.stats.no_values += 1
         elif result.status == "pass":
@@ -136,6 +166,18 @@ class Fuzzer:
             for finding in result.findings:
                 self.file(finding, k, gen, result)
         return result
+
+    def account_coverage(self, result: CaseResult) -> None:
+        """Fold a finished test's hits into the map (a worker that died mid-request sent none)."""
+        if self.covmap is None or result.hits is None:
+            return
+        novelty = self.covmap.update(result.hits)
+        if novelty.interesting:
+            st = self.stats
+            st.cov_tests += 1
+            st.last_new_s = st.elapsed()
+            st.branches = self.covmap.count()
+            st.pass_branches = self.covmap.count(self.pass_mask)
 
     def file(self, finding: Finding, k: int, gen: Generated, result: CaseResult) -> None:
         self.stats.findings[f"{finding.symptom}/{finding.stage}/{finding.backend}"] += 1

@@ -17,7 +17,13 @@ where a worker that dies or hangs was:
   {"kind": "run", "backend": "ort", "opt": "opt", "onnx": <bytes>, "inputs": {"i0": <array>}}
       -> {"kind": "outputs", "outputs": {"o3": <array>}, "ms": {"compile": 12.5, "execute": 0.4}}
       |  {"kind": "error", "error": <error>}
+  {"kind": "universe"}
+      -> {"kind": "universe", "data": <Universe.to_bytes()>}
   {"kind": "exit"}
+
+A worker started with a collector adds {"collector": {"name": "python", "ident": "7450aa4f5bf22795",
+"size": 105304, "build": {...}} | {"error": "..."} | null} to "ready", and "hits" (see
+`coverage.covmap.Hits.to_wire`) to the replies of "prepare" (the export) and "run".
 
 where <error> is {"stage": "compile", "type": "TVMError", "message": "...", "traceback": "..."}.
 """

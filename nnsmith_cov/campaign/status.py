@@ -30,7 +30,15 @@ def status_line(st: RunStats, limit_s: float | None) -> Text:
         "  findings: ",
         (found, "bold red" if by_symptom else ""),
         f"  unique {len(st.signatures)}  restarts {st.restarts}",
+        _coverage(st),
     )
+
+
+def _coverage(st: RunStats) -> str:
+    if st.branches is None:
+        return ""
+    last = "never" if st.last_new_s is None else f"{_fmt_time(st.elapsed() - st.last_new_s)} ago"
+    return f"  branches {st.branches} (pass-only {st.pass_branches}, last new {last})"
 
 
 def summary(st: RunStats) -> Group:
@@ -54,5 +62,11 @@ def summary(st: RunStats) -> Group:
         f"{st.tests} tests in {_fmt_time(st.elapsed())}: {st.executed} executed, {st.passed} passed, "
         f"{st.no_values} without NaN/Inf-free values, {st.gen_failed} not generated, "
         f"{st.restarts} worker restarts, {st.faults} internal faults"
+        + (
+            ""
+            if st.branches is None
+            else f"; {st.branches} of {st.universe} branches covered ({st.pass_branches} in passes), "
+            f"{st.cov_tests} tests brought new coverage"
+        )
     )
     return Group(head, counts, sigs, times)

@@ -10,6 +10,7 @@ import numpy as np
 
 from nnsmith_cov.campaign.protocol import decode_arrays, encode_arrays
 from nnsmith_cov.campaign.worker_handle import Reply, WorkerHandle
+from nnsmith_cov.coverage.covmap import Hits
 from nnsmith_cov.gen.graph_ir import GraphIR
 from nnsmith_cov.oracle.compare import Mismatch, compare_outputs
 from nnsmith_cov.oracle.finding import Finding, producer_ops
@@ -53,6 +54,7 @@ class Prepared:
     onnx: bytes | None
     search: dict[str, Any] | None
     ms: dict[str, float] = field(default_factory=dict)  # search, export
+    hits: Hits | None = None  # coverage of the export, when the worker has a collector
 
     def inputs(self) -> dict[str, np.ndarray]:
         return {k: v for k, v in self.values.items() if k.startswith("i")}
@@ -64,6 +66,13 @@ class CaseResult:
     prepared: Prepared | None
     findings: list[Finding] = field(default_factory=list)
     ms: dict[str, float] = field(default_factory=dict)  # search, export, <backend>.compile, ...
+    hits: Hits | None = None  # coverage of the whole test (export and every backend run), with a collector
+
+    def add_hits(self, msg: dict[str, Any] | None) -> None:
+        """Add the hits a worker reply carries (none when the worker died mid-request)."""
+        if msg and msg.get("hits") is not None:
+            more = Hits.from_wire(msg["hits"])
+            self.hits = more if self.hits is None else self.hits + more
 
 
 def prepare(worker: WorkerHandle, graph: GraphIR, seed: int, settings: CaseSettings) -> tuple[Prepared, Finding | None]:
@@ -79,6 +88,7 @@ def prepare(worker: WorkerHandle, graph: GraphIR, seed: int, settings: CaseSetti
         msg.get("onnx"),
         msg.get("search"),
         msg.get("ms") or {},
+        Hits.from_wire(msg["hits"]) if msg.get("hits") is not None else None,
     )
     if reply.msg is None:
         return prepared, _death("torch", reply.stage or "reference", "-", reply)
@@ -133,13 +143,16 @@ def run_test(worker: WorkerHandle, graph: GraphIR, seed: int, settings: CaseSett
     prepared, finding = prepare(worker, graph, seed, settings)
     ms["prepare"] = (time.perf_counter() - t0) * 1e3
     ms |= prepared.ms
+    result = CaseResult("pass", prepared, [], ms, prepared.hits)
     if finding is not None:
-        return CaseResult("finding", prepared, [finding], ms)
+        result.status, result.findings = "finding", [finding]
+        return result
     if prepared.oracle is None:
-        return CaseResult("no-values", prepared, [], ms)
-    findings = []
+        result.status = "no-values"
+        return result
     for backend in settings.backends:
         reply = run_backend(worker, prepared, backend, "opt", settings.timeout_s)
+        result.add_hits(reply.msg)
         for stage, took in ((reply.msg or {}).get("ms") or {}).items():
             ms[f"{backend}.{stage}"] = took
         t1 = time.perf_counter()
@@ -149,10 +162,13 @@ def run_test(worker: WorkerHandle, graph: GraphIR, seed: int, settings: CaseSett
             continue
         if settings.localize and finding.symptom != "hang":
             again = run_backend(worker, prepared, backend, "O0", settings.timeout_s)
+            result.add_hits(again.msg)
             o0 = judge(prepared, backend, "O0", again, settings)
             finding.localized = "optimization" if o0 is None else "conversion"
-        findings.append(finding)
-    return CaseResult("finding" if findings else "pass", prepared, findings, ms)
+        result.findings.append(finding)
+    if result.findings:
+        result.status = "finding"
+    return result
 
 
 def _death(backend: str, stage: str, opt: str, reply: Reply) -> Finding:

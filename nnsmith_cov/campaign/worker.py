@@ -9,11 +9,12 @@ format is in `protocol.py`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from nnsmith_cov.campaign.protocol import (
@@ -38,12 +39,24 @@ def error_record(stage: str, e: BaseException) -> dict[str, str]:
 
 
 class Worker:
-    """Request handlers; `emit` sends a message to the parent."""
+    """Request handlers; `emit` sends a message to the parent.
 
-    def __init__(self, specs: list[str], emit: Emit) -> None:
+    With a collector, the stages that exercise the systems under test (export, and
+    every backend step) run under it, and each reply carries their `hits`.
+    """
+
+    def __init__(self, specs: list[str], emit: Emit, collector: str = "", cov_targets: list[str] | None = None) -> None:
         from nnsmith_cov.backends.registry import load_backend
+        from nnsmith_cov.coverage.collector import CollectorError, make_collector
 
         self.emit = emit
+        self.collector = None
+        self.collector_error: str | None = None
+        if collector:  # before the backends: a native collector's runtime must be loaded first
+            try:
+                self.collector = make_collector(collector, cov_targets or [])
+            except CollectorError as e:
+                self.collector_error = str(e)
         self.backends: dict[str, Any] = {}
         self.unavailable: dict[str, str] = {}
         for spec in specs:
@@ -65,7 +78,38 @@ class Worker:
 
         versions = {"torch": torch.__version__, "python": sys.version.split()[0]}
         versions |= {spec: b.version() for spec, b in self.backends.items()}
-        return {"kind": "ready", "pid": os.getpid(), "versions": versions, "unavailable": self.unavailable}
+        reply = {"kind": "ready", "pid": os.getpid(), "versions": versions, "unavailable": self.unavailable}
+        return reply | {"collector": self.collector_info()}
+
+    def collector_info(self) -> dict[str, Any] | None:
+        from nnsmith_cov.coverage.collector import CollectorError
+
+        if self.collector_error is not None:
+            return {"error": self.collector_error}
+        if self.collector is None:
+            return None
+        try:
+            u = self.collector.universe()
+        except CollectorError as e:
+            self.collector_error = str(e)
+            return {"error": self.collector_error}
+        return {"name": self.collector.name, "ident": u.ident, "size": len(u), "build": u.build}
+
+    def universe(self, msg: dict[str, Any]) -> dict[str, Any]:
+        assert self.collector is not None and self.collector_error is None, "no collector in this worker"
+        return {"kind": "universe", "data": self.collector.universe().to_bytes()}
+
+    @contextlib.contextmanager
+    def covered(self, reply: dict[str, Any]) -> Iterator[None]:
+        """Run the body under the collector; its hits go into `reply["hits"]` however it ends."""
+        if self.collector is None or self.collector_error is not None:
+            yield
+            return
+        self.collector.start()
+        try:
+            yield
+        finally:
+            reply["hits"] = self.collector.stop().to_wire()
 
     def prepare(self, msg: dict[str, Any]) -> dict[str, Any]:
         from nnsmith_cov.gen.graph_ir import GraphIR
@@ -91,7 +135,8 @@ class Worker:
         self.stage("export")
         t1 = time.perf_counter()
         try:
-            reply["onnx"] = materialize_and_export(graph, search.values).onnx
+            with self.covered(reply):
+                reply["onnx"] = materialize_and_export(graph, search.values).onnx
         except ExportError as e:
             return reply | {"error": error_record("export", e)}
         reply["ms"] = {"search": (t1 - t0) * 1e3, "export": (time.perf_counter() - t1) * 1e3}
@@ -109,23 +154,29 @@ class Worker:
         )
         ms: dict[str, float] = {}
         result: Any = None
-        for stage, step in steps:
-            self.stage(stage)
-            t0 = time.perf_counter()
-            try:
-                result = step(result)
-            except BackendError as e:
-                return {"kind": "error", "error": error_record(e.stage.value, e)}
-            except Exception as e:  # a plug-in backend that does not tag its errors
-                return {"kind": "error", "error": error_record(stage, e)}
-            ms[stage] = (time.perf_counter() - t0) * 1e3
-        return {"kind": "outputs", "outputs": encode_arrays(result), "ms": ms}
+        reply: dict[str, Any] = {}
+        with self.covered(reply):
+            for stage, step in steps:
+                self.stage(stage)
+                t0 = time.perf_counter()
+                try:
+                    result = step(result)
+                except BackendError as e:
+                    reply |= {"kind": "error", "error": error_record(e.stage.value, e)}
+                    break
+                except Exception as e:  # a plug-in backend that does not tag its errors
+                    reply |= {"kind": "error", "error": error_record(stage, e)}
+                    break
+                ms[stage] = (time.perf_counter() - t0) * 1e3
+        if "error" in reply:
+            return reply
+        return reply | {"kind": "outputs", "outputs": encode_arrays(result), "ms": ms}
 
 
-def serve(fd_in: int, fd_out: int, specs: list[str]) -> int:
+def serve(fd_in: int, fd_out: int, specs: list[str], collector: str = "", cov_targets: list[str] | None = None) -> int:
     emit = lambda m: write_frame(fd_out, m)
-    worker = Worker(specs, emit)
-    handlers = {"hello": worker.hello, "prepare": worker.prepare, "run": worker.run}
+    worker = Worker(specs, emit, collector, cov_targets)
+    handlers = {"hello": worker.hello, "prepare": worker.prepare, "run": worker.run, "universe": worker.universe}
     reader = FrameReader()
     while True:
         msg = read_frame_blocking(fd_in, reader)
@@ -146,11 +197,14 @@ def main() -> int:
     ap.add_argument("--fd-in", type=int, required=True)
     ap.add_argument("--fd-out", type=int, required=True)
     ap.add_argument("--backends", default="")
+    ap.add_argument("--collector", default="")
+    ap.add_argument("--cov-targets", default="")
     args = ap.parse_args()
     import torch
 
     torch.set_num_threads(1)  # one core per worker; parallelism comes from more workers
-    return serve(args.fd_in, args.fd_out, [s for s in args.backends.split(",") if s])
+    split = lambda text: [s for s in text.split(",") if s]
+    return serve(args.fd_in, args.fd_out, split(args.backends), args.collector, split(args.cov_targets))
 
 
 if __name__ == "__main__":

@@ -10,9 +10,12 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nnsmith_cov.campaign.protocol import FrameReader, ProtocolError, write_frame
+
+if TYPE_CHECKING:
+    from nnsmith_cov.coverage.universe import Universe
 
 # Worker libraries get one thread each: results do not depend on the pool size,
 # and N workers on N cores do not fight.
@@ -52,8 +55,17 @@ def death_name(returncode: int) -> str:
 class WorkerHandle:
     """One worker subprocess serving `backends`; replaced transparently after a death or hang."""
 
-    def __init__(self, backends: list[str], log_path: Path, startup_timeout_s: float = 300.0) -> None:
+    def __init__(
+        self,
+        backends: list[str],
+        log_path: Path,
+        startup_timeout_s: float = 300.0,
+        collector: str = "",
+        cov_targets: list[str] | None = None,
+    ) -> None:
         self.backends = backends
+        self.collector = collector
+        self.cov_targets = cov_targets or []
         self.log_path = log_path
         self.startup_timeout_s = startup_timeout_s
         self.proc: subprocess.Popen | None = None
@@ -75,6 +87,8 @@ class WorkerHandle:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             cmd = [sys.executable, "-m", "nnsmith_cov.campaign.worker", "--fd-in", str(req_r), "--fd-out", str(rep_w)]
+            if self.collector:
+                cmd += ["--collector", self.collector, "--cov-targets", ",".join(self.cov_targets)]
             self.proc = subprocess.Popen(
                 [*cmd, "--backends", ",".join(self.backends)],
                 pass_fds=(req_r, rep_w),
@@ -95,8 +109,23 @@ class WorkerHandle:
             tail = reply.log.strip().splitlines()[-1:] or ["(no output)"]
             self.close()
             raise WorkerStartError(f"worker {how}: {tail[0]}")
+        problem = (reply.msg.get("collector") or {}).get("error")
+        if problem:
+            self.close()
+            raise WorkerStartError(problem)
         self.ready = reply.msg
         return self.ready
+
+    def universe(self, timeout_s: float = 300.0) -> Universe:
+        """The branch universe of the worker's collector."""
+        from nnsmith_cov.coverage.universe import Universe
+
+        self.start()
+        reply = self.call({"kind": "universe"}, timeout_s)
+        if reply.msg is None or reply.msg.get("kind") != "universe":
+            how = "timed out" if reply.hung else (reply.died or f"answered {reply.msg and reply.msg.get('kind')!r}")
+            raise WorkerStartError(f"worker sent no branch universe ({how})")
+        return Universe.from_bytes(reply.msg["data"])
 
     def close(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

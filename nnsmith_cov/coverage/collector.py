@@ -1,0 +1,73 @@
+"""The collector interface, the built-in collectors by name, and their pass-only filters.
+
+A collector lives in the worker process, next to the systems under test:
+
+    collector = make_collector("python", ["tvm", "torch.onnx"])
+    universe = collector.universe()     # once, after the systems under test are imported
+    collector.start()                   # zero the counts
+    ...compile and run a model...
+    hits = collector.stop()             # what ran since start(), as branch indices of `universe`
+
+Only `Hits` cross the process boundary per test; the universe crosses once.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from typing import Protocol
+
+from nnsmith_cov.coverage.covmap import Hits
+from nnsmith_cov.coverage.universe import Universe
+
+
+class CollectorError(Exception):
+    """The collector cannot run here (missing tool, library not instrumented): one line."""
+
+
+class Collector(Protocol):
+    name: str
+
+    def universe(self) -> Universe:
+        """Every branch this collector can report, numbered."""
+        ...
+
+    def start(self) -> None:
+        """Forget what was counted so far and count from now on."""
+        ...
+
+    def stop(self) -> Hits:
+        """Stop counting; the branches reached since `start`."""
+        ...
+
+
+# Branches of optimization passes, per collector: where a "pass-only" count looks.
+PASS_FILTERS: dict[str, tuple[str, ...]] = {
+    "python": ("tvm/relax/transform/", "tvm/s_tir/transform/", "tvm/tirx/transform/", "tvm/ir/transform.py"),
+    "llvm": (
+        "onnxruntime/core/optimizer/",
+        "src/relax/transform/",
+        "src/tir/transforms/",
+        "src/s_tir/transform/",
+        "src/ir/transform.cc",
+        "onnxoptimizer/passes/",
+    ),
+}
+
+BUILTIN = {
+    "python": "nnsmith_cov.coverage.python_collector:PythonCollector",
+    "llvm": "nnsmith_cov.coverage.llvm_collector:LlvmCollector",
+}
+
+
+def make_collector(name: str, targets: Sequence[str] = ()) -> Collector:
+    """The collector `name` (built in, or `module:Class`), measuring `targets` (its own
+    default when empty: Python packages for `python`, shared-library globs for `llvm`)."""
+    if name not in BUILTIN and not (name.count(":") == 1 and all(name.split(":"))):
+        raise CollectorError(f"unknown collector {name!r} (built in: {', '.join(BUILTIN)}; or module:Class)")
+    module, _, cls = BUILTIN.get(name, name).partition(":")
+    try:
+        factory = getattr(importlib.import_module(module), cls)
+    except (ImportError, AttributeError) as e:
+        raise CollectorError(f"cannot load collector {name}: {e}") from None
+    return factory(list(targets))
