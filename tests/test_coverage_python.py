@@ -12,10 +12,14 @@ from onnx import TensorProto, helper
 
 from nnsmith_cov.backends.base import Opt
 from nnsmith_cov.backends.registry import load_backend
+from nnsmith_cov.campaign.testcase import CaseSettings, run_test
+from nnsmith_cov.campaign.worker_handle import WorkerHandle
 from nnsmith_cov.cli import main
 from nnsmith_cov.coverage.collector import PASS_FILTERS, CollectorError, make_collector
 from nnsmith_cov.coverage.python_collector import PythonCollector
 from nnsmith_cov.coverage.universe import Universe, path_matches
+from nnsmith_cov.gen.generator import GenConfig, generate
+from nnsmith_cov.ops import select_ops
 
 
 def _onnx(op: str) -> tuple[bytes, dict[str, np.ndarray]]:
@@ -139,6 +143,21 @@ def test_path_filters_match_whole_components():
     assert not path_matches("tvm/relax/transformer.py", "relax/transform/")
     assert path_matches("tvm/ir/transform.py", "tvm/ir/transform.py")
     assert not path_matches("tvm/tir/transform.py", "ir/transform.py")
+
+
+def test_a_fresh_worker_measures_a_model_like_a_busy_one(tmp_path):
+    """The worker warms up unmeasured, so a model's first test and its repeat cover the same arcs."""
+    gen = generate(GenConfig(nodes=5, ops=select_ops(["Conv2d", "Add", "Relu", "Flatten"])), 11)
+    settings = CaseSettings(["tvm"], search={"method": "sampling", "max_iters": 8})
+    worker = WorkerHandle(["tvm"], tmp_path / "worker.log", collector="python")
+    try:
+        first = run_test(worker, gen.graph, 11, settings)
+        second = run_test(worker, gen.graph, 11, settings)
+    finally:
+        worker.close()
+    assert first.status == second.status == "pass"
+    assert first.hits is not None and second.hits is not None and len(first.hits) > 500
+    assert np.array_equal(first.hits.index, second.hits.index)
 
 
 def _model_dir(tmp_path, seed: int = 3) -> str:

@@ -17,6 +17,8 @@ where a worker that dies or hangs was:
   {"kind": "run", "backend": "ort", "opt": "opt", "onnx": <bytes>, "inputs": {"i0": <array>}}
       -> {"kind": "outputs", "outputs": {"o3": <array>}, "ms": {"compile": 12.5, "execute": 0.4}}
       |  {"kind": "error", "error": <error>}
+  {"kind": "warm_up", "backends": ["tvm"]}
+      -> {"kind": "warm"}            (a small model exported and run once, unmeasured)
   {"kind": "universe"}
       -> {"kind": "universe", "data": <Universe.to_bytes()>}
   {"kind": "exit"}

@@ -81,6 +81,30 @@ class Worker:
         reply = {"kind": "ready", "pid": os.getpid(), "versions": versions, "unavailable": self.unavailable}
         return reply | {"collector": self.collector_info()}
 
+    def warm_up(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Export and run a small fixed model once, unmeasured: the first test in a process
+        would otherwise also cover one-time set-up code (lazy imports, registries, caches),
+        and a test's coverage would depend on whether its worker was fresh."""
+        from nnsmith_cov.gen.generator import GenConfig, GenerationError, generate
+        from nnsmith_cov.ops import select_ops
+
+        done = {"kind": "warm"}
+        try:
+            graph = generate(GenConfig(nodes=3, ops=select_ops(["Add", "MatMul", "Relu"])), 0).graph
+        except GenerationError:
+            return done
+        request = {"graph": graph.to_json(), "seed": 0, "search": {"method": "sampling", "max_iters": 8}}
+        prepared = self.prepare(request, covered=False)
+        if prepared.get("onnx") is None:
+            return done
+        inputs = {k: v for k, v in prepared["values"].items() if k.startswith("i")}
+        for spec in msg.get("backends", []):
+            if spec in self.backends:
+                for opt in ("opt", "O0"):
+                    run = {"backend": spec, "opt": opt, "onnx": prepared["onnx"], "inputs": inputs}
+                    self.run(run, covered=False)
+        return done
+
     def collector_info(self) -> dict[str, Any] | None:
         from nnsmith_cov.coverage.collector import CollectorError
 
@@ -100,9 +124,9 @@ class Worker:
         return {"kind": "universe", "data": self.collector.universe().to_bytes()}
 
     @contextlib.contextmanager
-    def covered(self, reply: dict[str, Any]) -> Iterator[None]:
+    def covered(self, reply: dict[str, Any], on: bool = True) -> Iterator[None]:
         """Run the body under the collector; its hits go into `reply["hits"]` however it ends."""
-        if self.collector is None or self.collector_error is not None:
+        if not on or self.collector is None or self.collector_error is not None:
             yield
             return
         self.collector.start()
@@ -111,7 +135,7 @@ class Worker:
         finally:
             reply["hits"] = self.collector.stop().to_wire()
 
-    def prepare(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def prepare(self, msg: dict[str, Any], covered: bool = True) -> dict[str, Any]:
         from nnsmith_cov.gen.graph_ir import GraphIR
         from nnsmith_cov.materialize.model_dir import materialize_and_export, value_arrays
         from nnsmith_cov.materialize.onnx_export import ExportError
@@ -135,14 +159,14 @@ class Worker:
         self.stage("export")
         t1 = time.perf_counter()
         try:
-            with self.covered(reply):
+            with self.covered(reply, covered):
                 reply["onnx"] = materialize_and_export(graph, search.values).onnx
         except ExportError as e:
             return reply | {"error": error_record("export", e)}
         reply["ms"] = {"search": (t1 - t0) * 1e3, "export": (time.perf_counter() - t1) * 1e3}
         return reply | {"error": None}
 
-    def run(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def run(self, msg: dict[str, Any], covered: bool = True) -> dict[str, Any]:
         from nnsmith_cov.backends.base import BackendError, Opt
 
         backend = self.backends[msg["backend"]]
@@ -155,7 +179,7 @@ class Worker:
         ms: dict[str, float] = {}
         result: Any = None
         reply: dict[str, Any] = {}
-        with self.covered(reply):
+        with self.covered(reply, covered):
             for stage, step in steps:
                 self.stage(stage)
                 t0 = time.perf_counter()
@@ -176,7 +200,13 @@ class Worker:
 def serve(fd_in: int, fd_out: int, specs: list[str], collector: str = "", cov_targets: list[str] | None = None) -> int:
     emit = lambda m: write_frame(fd_out, m)
     worker = Worker(specs, emit, collector, cov_targets)
-    handlers = {"hello": worker.hello, "prepare": worker.prepare, "run": worker.run, "universe": worker.universe}
+    handlers = {
+        "hello": worker.hello,
+        "prepare": worker.prepare,
+        "run": worker.run,
+        "universe": worker.universe,
+        "warm_up": worker.warm_up,
+    }
     reader = FrameReader()
     while True:
         msg = read_frame_blocking(fd_in, reader)

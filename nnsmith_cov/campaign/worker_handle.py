@@ -66,6 +66,7 @@ class WorkerHandle:
         self.backends = backends
         self.collector = collector
         self.cov_targets = cov_targets or []
+        self.warm_backends = list(backends)
         self.log_path = log_path
         self.startup_timeout_s = startup_timeout_s
         self.proc: subprocess.Popen | None = None
@@ -114,7 +115,18 @@ class WorkerHandle:
             self.close()
             raise WorkerStartError(problem)
         self.ready = reply.msg
+        if self.collector:
+            self._warm_up()
         return self.ready
+
+    def _warm_up(self) -> None:
+        """Let a measuring worker run set-up code unmeasured (see `Worker.warm_up`). A backend
+        that kills the worker on the warm-up model is left out of later warm-ups."""
+        reply = self.call({"kind": "warm_up", "backends": self.warm_backends}, self.startup_timeout_s)
+        if reply.msg is None:
+            self.deaths -= 1  # a death on the fixed warm-up model is no test's finding
+            self.warm_backends = []
+            self.start()
 
     def universe(self, timeout_s: float = 300.0) -> Universe:
         """The branch universe of the worker's collector."""
