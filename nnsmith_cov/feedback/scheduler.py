@@ -1,0 +1,465 @@
+"""The feedback scheduler: a discounted Thompson-sampling bandit over the generator's choices."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from nnsmith_cov.abstract.op import AttrKind
+from nnsmith_cov.coverage.covmap import Novelty
+from nnsmith_cov.feedback.arms import ArmGroup, Label, Prior
+from nnsmith_cov.gen.binning import n_bins
+from nnsmith_cov.gen.generator import GenConfig, GenRecord
+
+# Version of the dict `Scheduler.state` returns; bump on any change of its layout.
+# Example (3 ops, k = 2; every count list has one number per arm of its group):
+#   {"schema": 1,
+#    "config": {"op_names": ["Add", "Conv2d", "Relu"], "nodes": 10, "bins_k": 2, "seed": 7,
+#               "feedback": true, "params": {"discount": 0.997, "prior_tests": 4.0,
+#               "lift_cap": 32.0, "floor": 0.2, "size_factors": [0.5, 1.0, 1.5, 2.0]}},
+#    "steps": 120, "rate": {"hits": 3.7, "tests": 101.4},
+#    "groups": {"op": {"hit_in": [...], "miss_in": [...], "hit_out": [...], "miss_out": [...]},
+#               "direction": {...}, "bin.size": {...}, "bin.pad": {...}, "bin.signed": {...},
+#               "nodes": {...}, "seeded": {...}},
+#    "rng": {"bit_generator": "PCG64", "state": "0x...", "inc": "0x...", "has_uint32": 0, "uinteger": 0}}
+# 128-bit generator words are hex strings: msgpack integers stop at 64 bits.
+STATE_SCHEMA = 1
+
+BIN_KINDS = (AttrKind.SIZE, AttrKind.PAD, AttrKind.SIGNED)
+DIRECTIONS = ("forward", "backward")
+ORIGINS = ("fresh", "seeded")
+_SUMMARY_SAMPLES = 256
+
+
+@dataclass(frozen=True)
+class BanditParams:
+    """The scheduler's constants; the defaults are argued in `Scheduler`'s docstring."""
+
+    discount: float = 0.997  # per observed test: memory ~ 1 / (1 - discount) = 333 tests, half-life 231
+    prior_tests: float = 4.0  # weight of the prior, in tests at the campaign's current interesting rate
+    lift_cap: float = 32.0  # a sampled lift is clipped to [1/cap, cap]
+    floor: float = 0.2  # share of every decision spread uniformly: each arm keeps >= floor / arms
+    size_factors: tuple[float, ...] = (0.5, 1.0, 1.5, 2.0)  # graph sizes, times the configured node count
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.discount <= 1.0:
+            raise ValueError("discount must be in (0, 1]")
+        if self.prior_tests <= 0.0:
+            raise ValueError("prior_tests must be positive")
+        if self.lift_cap < 1.0:
+            raise ValueError("lift_cap must be at least 1")
+        if not 0.0 < self.floor <= 1.0:
+            raise ValueError("floor must be in (0, 1]: a zero floor could starve an arm")
+        if not self.size_factors or any(not f > 0 for f in self.size_factors):
+            raise ValueError("size_factors must be positive")
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self) | {"size_factors": list(self.size_factors)}
+
+    @staticmethod
+    def from_json(obj: Any) -> BanditParams:
+        names = {f.name for f in dataclasses.fields(BanditParams)}
+        if not isinstance(obj, dict) or set(obj) != names:
+            raise ValueError(f"bandit params: expected the fields {sorted(names)}")
+        if not all(_is_number(obj[k]) for k in names - {"size_factors"}):
+            raise ValueError("bandit params: expected numbers")
+        factors = obj["size_factors"]
+        if not isinstance(factors, list) or not all(_is_number(f) for f in factors):
+            raise ValueError("bandit params: size_factors must be a list of numbers")
+        return BanditParams(**{k: float(obj[k]) for k in names - {"size_factors"}}, size_factors=tuple(factors))
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """The generator knobs for one test, as `Scheduler.apply` hands them to `GenConfig`.
+
+    Weights are relative to uniform (mean 1 over the arms), so an op the
+    scheduler does not know gets the generator's default weight 1.0, the
+    uniform share, rather than a hundred times the rest. None means uniform.
+    `seeded` asks for a test that grows a stored corpus entry instead of
+    starting from scratch; a caller that could not follow it (empty corpus)
+    observes `dataclasses.replace(proposal, seeded=False)`.
+    """
+
+    op_weights: dict[str, float] | None  # per op spec name
+    forward_prob: float
+    bin_weights: dict[str, list[float]] | None  # per attribute kind, one weight per bin (see binning.n_bins)
+    nodes: int
+    seeded: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @staticmethod
+    def from_json(obj: Any) -> Proposal:
+        if not isinstance(obj, dict) or set(obj) != {f.name for f in dataclasses.fields(Proposal)}:
+            raise ValueError("proposal: unexpected fields")
+        ops, bins = obj["op_weights"], obj["bin_weights"]
+        if ops is not None and not (isinstance(ops, dict) and all(isinstance(k, str) for k in ops)):
+            raise ValueError("proposal: op_weights must map names to weights")
+        if bins is not None and not (
+            isinstance(bins, dict) and all(isinstance(k, str) and isinstance(w, list) for k, w in bins.items())
+        ):
+            raise ValueError("proposal: bin_weights must map kinds to lists of weights")
+        weights = [*(ops or {}).values(), *(x for w in (bins or {}).values() for x in w)]
+        if not all(_is_number(x) and math.isfinite(x) and x >= 0 for x in weights):
+            raise ValueError("proposal: weights must be finite non-negative numbers")
+        fwd, nodes = obj["forward_prob"], obj["nodes"]
+        if not (_is_number(fwd) and 0.0 <= fwd <= 1.0):
+            raise ValueError("proposal: forward_prob must be a number in [0, 1]")
+        if not (isinstance(nodes, int) and not isinstance(nodes, bool) and nodes >= 1):
+            raise ValueError("proposal: nodes must be a positive integer")
+        if not isinstance(obj["seeded"], bool):
+            raise ValueError("proposal: seeded must be a bool")
+        return Proposal(
+            None if ops is None else {k: float(v) for k, v in ops.items()},
+            float(obj["forward_prob"]),
+            None if bins is None else {k: [float(x) for x in w] for k, w in bins.items()},
+            obj["nodes"],
+            obj["seeded"],
+        )
+
+
+def reward_of(novelty: Novelty | None) -> float:
+    """A test's reward in [0, 1]: 1 with a new branch, 0.25 per new bucket up to 1, 0 with nothing or no result.
+
+    Bounded so that it reads as "how interesting" for the Beta posteriors: the
+    bandit learns the rate of tests that add coverage, not the size of early
+    windfalls (the first tests add thousands of branches whatever they contain).
+    """
+    if novelty is None:
+        return 0.0
+    return min(1.0, novelty.reward)
+
+
+class Scheduler:
+    """Chooses the generator's knobs for the next test from what earlier tests reached.
+
+    Use: `p = s.propose()`, generate with `Scheduler.apply(p, base)`, run the
+    test, then `s.observe(p, gen.record, novelty)` (novelty None when the test
+    produced no coverage result, e.g. no values were found: a zero reward, as
+    the choices did cost a test). Not thread-safe; one scheduler per campaign,
+    in the process that owns the coverage map.
+
+    Arm groups and what a test exposes to each (only choices the generator
+    reports it made earn anything):
+
+    - ``op``: per op name; an op counts once if `record.ops` holds it at all,
+      however often: a compiler's code for an op kind is mostly reached by its
+      first instance, and counting repeats would let a boosted op collect credit
+      for its own boost.
+    - ``direction``: forward/backward, by their shares of `record.directions`.
+    - ``bin.size``, ``bin.pad``, ``bin.signed``: the bins of one attribute kind
+      (labels are the bin numbers of `BinChoice.bin`), by their shares of the
+      kept bins of that kind in `record.bins`; dropped bins were not applied.
+    - ``nodes``: the graph size asked for, one of `size_factors` times `nodes`.
+    - ``seeded``: fresh or grown from the corpus, as the proposal (or the
+      caller's replacement of it) says.
+
+    A group with no draws in a test (no pad attribute, say) learns nothing from it.
+
+    The bandit (details in `ArmGroup`): per arm, discounted Beta posteriors of
+    the interesting rate of tests with and without it; Thompson sampling on
+    their ratio. Multi-draw groups (ops, directions, bins) hand the generator
+    per-draw probabilities proportional to the sampled lifts; once-per-test
+    groups (size, fresh/seeded) pick the arm with the highest sampled rate.
+    Directions and bins move more gently than ops: every graph mixes both
+    directions and many bins, tests differ little in their shares, and the
+    contrast seen is a fraction of the effect (in the simulation, a direction
+    that makes tests 15 times likelier to be interesting gets 60 % of the
+    draws, a rewarding op ten times its uniform share). Small but sure
+    differences are deliberately not amplified toward the best arm: variety
+    that the reward cannot see is part of what a fuzzer is for.
+
+    Parameters (`BanditParams`) and why:
+
+    - discount 0.997 per test (memory ~333 tests, half-life ~231): coverage
+      rewards thin out and move within a campaign (an op's new branches run out
+      once it has been tried enough); a few hundred tests is long enough to see
+      a handful of interesting tests at a 2 % rate and short enough to follow a
+      switch within a few hundred tests (see scripts/sim_scheduler.py).
+    - prior: 4 tests' worth at the campaign's current (discounted) interesting
+      rate, for every posterior. An arm without evidence is taken for an
+      average one, lift 1. A flat Beta(1, 1) would claim a 50 % rate where the
+      real one is 2 % and flood graphs with untried arms for hundreds of tests;
+      a pessimistic one would starve them. Tying the prior to the current rate
+      also keeps the lifts meaningful as the rate falls over a campaign.
+    - lift cap 32: a lift is a ratio of small rates and its samples are heavy-
+      tailed; the cap bounds what one lucky sample can do to a test.
+    - floor 0.2: a fifth of every decision is uniform, so each op keeps at
+      least 0.2/len(ops) per insertion, forward_prob stays in [0.1, 0.9], each
+      bin keeps 0.2/bins, each size and origin is picked with probability
+      >= 0.2/arms. What the reward cannot see (diversity of the corpus) is never
+      traded away entirely.
+
+    With `feedback=False` the scheduler proposes plain NNSmith: uniform weights
+    (None), forward_prob 0.5, the configured node count, never seeded; it draws
+    nothing and ignores observations, so the same generator seeds give the same
+    graphs as the unguided loop.
+
+    All its randomness comes from one numpy PCG64 generator seeded with `seed`
+    and carried in `state()`: a campaign's proposals replay exactly, and
+    `Scheduler.from_state(s.state())` proposes what `s` would have next.
+    """
+
+    def __init__(
+        self,
+        op_names: Sequence[str],
+        nodes: int,
+        bins_k: int = 7,
+        seed: int = 0,
+        feedback: bool = True,
+        params: BanditParams | None = None,
+    ) -> None:
+        if nodes < 1:
+            raise ValueError("nodes must be at least 1")
+        if bins_k < 2:
+            raise ValueError("bins_k must be at least 2")
+        if seed < 0:
+            raise ValueError("seed must be non-negative")
+        self.op_names = tuple(op_names)
+        self.nodes = nodes
+        self.bins_k = bins_k
+        self.seed = seed
+        self.feedback = feedback
+        self.params = params or BanditParams()
+        self.sizes = _sizes(nodes, self.params.size_factors)
+        self.groups: dict[str, ArmGroup] = {
+            "op": ArmGroup("op", self.op_names),
+            "direction": ArmGroup("direction", DIRECTIONS),
+        }
+        for kind in BIN_KINDS:
+            self.groups[_bin_group(kind)] = ArmGroup(_bin_group(kind), bin_labels(kind, bins_k))
+        self.groups["nodes"] = ArmGroup("nodes", self.sizes)
+        self.groups["seeded"] = ArmGroup("seeded", ORIGINS)
+        self.steps = 0  # tests observed
+        # discounted reward and test count of the whole campaign: the prior's rate
+        self._hits = 0.0
+        self._tests = 0.0
+        self._rng = np.random.Generator(np.random.PCG64(seed))
+
+    # -- deciding -------------------------------------------------------------------------
+    def prior(self) -> Prior:
+        """Beta pseudo-counts at the campaign's current interesting rate (0.5 before any test)."""
+        rate = (self._hits + 0.5) / (self._tests + 1.0)
+        return self.params.prior_tests * rate, self.params.prior_tests * (1.0 - rate)
+
+    def propose(self) -> Proposal:
+        """The knobs for the next test (draws from the scheduler's generator in a fixed order)."""
+        if not self.feedback:
+            return Proposal(None, 0.5, None, self.nodes, False)
+        return self._propose(self._rng)
+
+    def _propose(self, rng: np.random.Generator) -> Proposal:
+        prior, p, g = self.prior(), self.params, self.groups
+        ops = g["op"].share(rng, prior, p.lift_cap, p.floor)
+        direction = g["direction"].share(rng, prior, p.lift_cap, p.floor)
+        bins = {}
+        for kind in BIN_KINDS:
+            probs = g[_bin_group(kind)].share(rng, prior, p.lift_cap, p.floor)
+            bins[kind.value] = [float(x) * len(probs) for x in probs]
+        nodes = self.sizes[g["nodes"].pick(rng, prior, p.floor)]
+        seeded = g["seeded"].pick(rng, prior, p.floor) == 1
+        return Proposal(
+            {name: float(x) * len(ops) for name, x in zip(self.op_names, ops)},
+            float(direction[0]),
+            bins,
+            nodes,
+            seeded,
+        )
+
+    @staticmethod
+    def apply(proposal: Proposal, base: GenConfig) -> GenConfig:
+        """`base` with the proposal's knobs (None weights: the generator's uniform default)."""
+        return dataclasses.replace(
+            base,
+            op_weights=proposal.op_weights,
+            forward_prob=proposal.forward_prob,
+            bin_weights=proposal.bin_weights,
+            nodes=proposal.nodes,
+        )
+
+    # -- learning -------------------------------------------------------------------------
+    def observe(self, proposal: Proposal, record: GenRecord, novelty: Novelty | None) -> float:
+        """Credit one finished test to the choices it was made of; returns the reward used.
+
+        A test whose generation failed is observed with an empty `GenRecord`:
+        only its size and origin are charged.
+        """
+        reward = reward_of(novelty)
+        if not self.feedback:
+            return reward
+        d = self.params.discount
+        self.steps += 1
+        self._hits = self._hits * d + reward
+        self._tests = self._tests * d + 1.0
+        for group in self.groups.values():
+            group.decay(d)
+        exposures = {
+            "op": _presence(self.groups["op"], record.ops),
+            "direction": _shares(self.groups["direction"], record.directions),
+            "nodes": _presence(self.groups["nodes"], [proposal.nodes]),
+            "seeded": _presence(self.groups["seeded"], [ORIGINS[proposal.seeded]]),
+        }
+        for kind in BIN_KINDS:
+            name = _bin_group(kind)
+            kept = [b.bin for b in record.bins if b.kept and b.kind == kind.value]
+            exposures[name] = _shares(self.groups[name], kept)
+        for name, exposure in exposures.items():
+            if exposure is not None:
+                self.groups[name].update(exposure, reward)
+        return reward
+
+    # -- persistence and display ----------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        """Everything the scheduler is, as JSON/msgpack-ready values (see STATE_SCHEMA)."""
+        return {
+            "schema": STATE_SCHEMA,
+            "config": {
+                "op_names": list(self.op_names),
+                "nodes": self.nodes,
+                "bins_k": self.bins_k,
+                "seed": self.seed,
+                "feedback": self.feedback,
+                "params": self.params.to_json(),
+            },
+            "steps": self.steps,
+            "rate": {"hits": self._hits, "tests": self._tests},
+            "groups": {name: g.to_json() for name, g in self.groups.items()},
+            "rng": _rng_to_json(self._rng),
+        }
+
+    @classmethod
+    def from_state(cls, state: Any) -> Scheduler:
+        """A scheduler that goes on exactly where the one that saved `state` stood; validates it."""
+        if not isinstance(state, dict) or state.get("schema") != STATE_SCHEMA:
+            raise ValueError(f"scheduler state: expected schema {STATE_SCHEMA}")
+        if set(state) != {"schema", "config", "steps", "rate", "groups", "rng"}:
+            raise ValueError("scheduler state: unexpected fields")
+        cfg = state["config"]
+        if not isinstance(cfg, dict) or set(cfg) != {"op_names", "nodes", "bins_k", "seed", "feedback", "params"}:
+            raise ValueError("scheduler state: bad config")
+        names = cfg["op_names"]
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise ValueError("scheduler state: op_names must be a list of strings")
+        if not all(isinstance(cfg[k], int) and not isinstance(cfg[k], bool) for k in ("nodes", "bins_k", "seed")):
+            raise ValueError("scheduler state: nodes, bins_k and seed must be integers")
+        if not isinstance(cfg["feedback"], bool):
+            raise ValueError("scheduler state: feedback must be a bool")
+        s = cls(names, cfg["nodes"], cfg["bins_k"], cfg["seed"], cfg["feedback"], BanditParams.from_json(cfg["params"]))
+        steps, rate, groups = state["steps"], state["rate"], state["groups"]
+        if not isinstance(steps, int) or steps < 0:
+            raise ValueError("scheduler state: steps must be a non-negative integer")
+        if not isinstance(rate, dict) or set(rate) != {"hits", "tests"}:
+            raise ValueError("scheduler state: bad rate")
+        if not all(_is_number(rate[k]) and math.isfinite(rate[k]) and rate[k] >= 0 for k in rate):
+            raise ValueError("scheduler state: rate counts must be finite and non-negative")
+        if not isinstance(groups, dict) or set(groups) != set(s.groups):
+            raise ValueError(f"scheduler state: expected the groups {sorted(s.groups)}")
+        for name, g in s.groups.items():
+            g.load_json(groups[name])
+        s.steps, s._hits, s._tests = steps, float(rate["hits"]), float(rate["tests"])
+        _rng_from_json(s._rng, state["rng"])
+        return s
+
+    def summary(self, top: int = 5) -> dict[str, Any]:
+        """Per group, the `top` arms by their expected probability in the next proposal.
+
+        For the status screen. Averaged over posterior samples drawn from a
+        private generator seeded with the step count, so looking never moves
+        the campaign's own draws.
+        """
+        out: dict[str, Any] = {"feedback": self.feedback, "tests": self.steps}
+        out["rate"] = self._hits / self._tests if self._tests else 0.0
+        rng = np.random.default_rng(self.steps)
+        prior, p = self.prior(), self.params
+        for name, g in self.groups.items():
+            if not self.feedback:
+                probs = np.full(len(g), 1.0 / len(g))
+                if name == "seeded":
+                    probs = np.array([1.0, 0.0])
+            elif name in ("nodes", "seeded"):
+                picks = [g.pick(rng, prior, p.floor) for _ in range(_SUMMARY_SAMPLES)]
+                probs = np.bincount(picks, minlength=len(g)) / _SUMMARY_SAMPLES
+            else:
+                probs = np.mean(
+                    [g.share(rng, prior, p.lift_cap, p.floor) for _ in range(_SUMMARY_SAMPLES // 8)], axis=0
+                )
+            order = sorted(range(len(g)), key=lambda i: (-probs[i], i))[:top]
+            out[name] = [[g.labels[i], round(float(probs[i]), 4)] for i in order]
+        if not self.feedback:
+            out["nodes"] = [[self.nodes, 1.0]]  # the configured size, arm or not
+        return out
+
+
+# -- helpers ----------------------------------------------------------------------------------
+def _is_number(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool)
+
+
+def _sizes(nodes: int, factors: Sequence[float]) -> tuple[int, ...]:
+    """Distinct node counts around `nodes`, rounded half up, at least 1, in factor order."""
+    out: list[int] = []
+    for f in factors:
+        n = max(1, math.floor(nodes * f + 0.5))
+        if n not in out:
+            out.append(n)
+    return tuple(out)
+
+
+def _bin_group(kind: AttrKind) -> str:
+    return f"bin.{kind.value}"
+
+
+def bin_labels(kind: AttrKind, k: int) -> list[int]:
+    """Bin numbers (as `BinChoice.bin` reports them) in the order of the generator's weight list."""
+    first = {AttrKind.SIZE: 1, AttrKind.PAD: 0, AttrKind.SIGNED: -k}[kind]
+    return list(range(first, first + n_bins(kind, k)))
+
+
+def _presence(group: ArmGroup, labels: Sequence[Label]) -> np.ndarray | None:
+    """1 for each known arm among `labels`, however often it occurs; None when none is known."""
+    hit = sorted({group.index[x] for x in labels if x in group.index})
+    if not hit:
+        return None
+    e = np.zeros(len(group))
+    e[hit] = 1.0
+    return e
+
+
+def _shares(group: ArmGroup, labels: Sequence[Label]) -> np.ndarray | None:
+    """Each arm's share of `labels` (unknown labels ignored); None when there are none."""
+    idx = [group.index[x] for x in labels if x in group.index]
+    if not idx:
+        return None
+    return np.bincount(idx, minlength=len(group)) / len(idx)
+
+
+def _rng_to_json(rng: np.random.Generator) -> dict[str, Any]:
+    st = rng.bit_generator.state
+    return {
+        "bit_generator": st["bit_generator"],
+        "state": hex(st["state"]["state"]),
+        "inc": hex(st["state"]["inc"]),
+        "has_uint32": int(st["has_uint32"]),
+        "uinteger": int(st["uinteger"]),
+    }
+
+
+def _rng_from_json(rng: np.random.Generator, obj: Any) -> None:
+    if not isinstance(obj, dict) or obj.get("bit_generator") != "PCG64":
+        raise ValueError("scheduler state: expected a PCG64 generator state")
+    try:
+        rng.bit_generator.state = {
+            "bit_generator": "PCG64",
+            "state": {"state": int(obj["state"], 16), "inc": int(obj["inc"], 16)},
+            "has_uint32": int(obj["has_uint32"]),
+            "uinteger": int(obj["uinteger"]),
+        }
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"scheduler state: bad generator state ({e})") from None

@@ -1,0 +1,99 @@
+"""Synthetic tests for the scheduler: records drawn from a proposal and rewards from a rule, no Z3 or backends."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from nnsmith_cov.abstract.op import AttrKind
+from nnsmith_cov.coverage.covmap import Novelty
+from nnsmith_cov.feedback.scheduler import Proposal, Scheduler, bin_labels
+from nnsmith_cov.gen.binning import BinChoice, n_bins
+from nnsmith_cov.gen.generator import GenRecord
+
+# Attribute draws per inserted op, by kind: every graph has many SIZE dims
+# (placeholder shapes, kernels), few paddings, fewer signed attributes.
+BIN_DRAWS_PER_NODE = {AttrKind.SIZE: 2.0, AttrKind.PAD: 0.3, AttrKind.SIGNED: 0.2}
+
+# P(interesting | record, test number): the environment a simulation runs in.
+Rule = Callable[[GenRecord, int], float]
+
+
+def synthetic_record(
+    proposal: Proposal,
+    op_names: Sequence[str],
+    rng: np.random.Generator,
+    bins_k: int = 7,
+    keep_prob: float = 0.9,
+) -> GenRecord:
+    """What a generator following `proposal` could report: ops, directions and bins drawn from its weights.
+
+    Insertion never fails here, so `proposal.nodes` ops are inserted; each bin
+    is kept with probability `keep_prob`, as binning drops what does not fit.
+    """
+    names = list(op_names)
+    ops = rng.choice(len(names), size=proposal.nodes, p=_normalized(proposal.op_weights, names))
+    forward = rng.random(proposal.nodes) < proposal.forward_prob
+    record = GenRecord(seed=int(rng.integers(2**31)))
+    record.ops = [names[i] for i in ops]
+    record.directions = ["forward" if f else "backward" for f in forward]
+    for kind, per_node in BIN_DRAWS_PER_NODE.items():
+        labels = bin_labels(kind, bins_k)
+        weights = (proposal.bin_weights or {}).get(kind.value)
+        p = None if weights is None else np.asarray(weights, float) / sum(weights)
+        for idx in rng.choice(len(labels), size=rng.poisson(per_node * proposal.nodes), p=p):
+            owner = f"{names[ops[rng.integers(len(ops))]]}#0"
+            record.bins.append(BinChoice(owner, "a", kind.value, labels[idx], bool(rng.random() < keep_prob)))
+    return record
+
+
+@dataclass
+class Trace:
+    """What a simulated campaign did, one entry per test; readers average over tests [lo, hi)."""
+
+    op_names: tuple[str, ...]
+    bins_k: int
+    proposals: list[Proposal] = field(default_factory=list)
+    interesting: list[bool] = field(default_factory=list)
+
+    def op_prob(self, name: str, lo: int = 0, hi: int | None = None) -> float:
+        """Mean per-insertion probability of op `name`."""
+        i = self.op_names.index(name)
+        return float(np.mean([_normalized(p.op_weights, self.op_names)[i] for p in self.proposals[lo:hi]]))
+
+    def forward_prob(self, lo: int = 0, hi: int | None = None) -> float:
+        return float(np.mean([p.forward_prob for p in self.proposals[lo:hi]]))
+
+    def bin_prob(self, kind: AttrKind, index: int, lo: int = 0, hi: int | None = None) -> float:
+        """Mean probability of the bin at `index` of the generator's weight list for `kind`."""
+        k = n_bins(kind, self.bins_k)
+        out = []
+        for p in self.proposals[lo:hi]:
+            w = (p.bin_weights or {}).get(kind.value)
+            out.append(1.0 / k if w is None else w[index] / sum(w))
+        return float(np.mean(out))
+
+    def rate(self, lo: int = 0, hi: int | None = None) -> float:
+        """Share of interesting tests."""
+        return float(np.mean(self.interesting[lo:hi]))
+
+
+def run(scheduler: Scheduler, rule: Rule, tests: int, seed: int) -> Trace:
+    """Propose, synthesize a record, reward it by `rule` (a new branch or nothing), observe; `tests` times."""
+    rng = np.random.default_rng(seed)
+    trace = Trace(scheduler.op_names, scheduler.bins_k)
+    for t in range(tests):
+        proposal = scheduler.propose()
+        record = synthetic_record(proposal, scheduler.op_names, rng, scheduler.bins_k)
+        hit = bool(rng.random() < rule(record, t))
+        scheduler.observe(proposal, record, Novelty(int(hit), 0))
+        trace.proposals.append(proposal)
+        trace.interesting.append(hit)
+    return trace
+
+
+def _normalized(weights: dict[str, float] | None, names: Sequence[str]) -> np.ndarray:
+    w = np.array([1.0 if weights is None else weights.get(n, 1.0) for n in names])
+    return w / w.sum()

@@ -1,0 +1,237 @@
+"""The feedback scheduler in simulated campaigns (synthetic records, no backends) and on real records."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import msgpack
+import numpy as np
+import pytest
+
+from nnsmith_cov.abstract.op import AttrKind
+from nnsmith_cov.coverage.covmap import Novelty
+from nnsmith_cov.feedback import BanditParams, Proposal, Scheduler, reward_of
+from nnsmith_cov.feedback.simulate import run, synthetic_record
+from nnsmith_cov.gen.binning import BinChoice, n_bins, weights_for
+from nnsmith_cov.gen.generator import GenConfig, GenRecord, generate
+from nnsmith_cov.ops import ALL_OPS
+
+NAMES = ["Conv2d", "Relu"] + [f"Op{i}" for i in range(28)]
+K = len(NAMES)
+FLOOR = BanditParams().floor
+NEW = Novelty(1, 0)
+NOTHING = Novelty(0, 0)
+
+
+def conv_rule(rec: GenRecord, t: int) -> float:
+    return 0.5 if "Conv2d" in rec.ops else 0.02
+
+
+def op_probs(p: Proposal) -> np.ndarray:
+    w = np.array([p.op_weights[n] for n in NAMES]) if p.op_weights else np.ones(K)
+    return w / w.sum()
+
+
+def record(ops=(), directions=(), bins=()) -> GenRecord:
+    r = GenRecord(seed=0)
+    r.ops, r.directions, r.bins = list(ops), list(directions), list(bins)
+    return r
+
+
+# -- learning in simulated campaigns ---------------------------------------------------------
+def test_a_rewarding_op_rises_well_above_the_others():
+    trace = run(Scheduler(NAMES, 10, seed=1), conv_rule, 400, seed=1)
+    conv = trace.op_prob("Conv2d", 300, 400) * K
+    others = max(trace.op_prob(n, 300, 400) for n in NAMES[1:]) * K
+    assert conv > 3.0 and conv > 2.5 * others
+    plain = run(Scheduler(NAMES, 10, seed=1, feedback=False), conv_rule, 400, seed=1)
+    assert trace.rate(200) > 2 * plain.rate(200)
+
+
+def test_a_switch_of_the_rewarding_op_is_followed():
+    def switching(rec: GenRecord, t: int) -> float:
+        return 0.5 if ("Conv2d" if t < 600 else "Relu") in rec.ops else 0.02
+
+    trace = run(Scheduler(NAMES, 10, seed=2), switching, 1400, seed=2)
+    assert trace.op_prob("Conv2d", 400, 600) * K > 3.0
+    relu, conv = trace.op_prob("Relu", 1200, 1400) * K, trace.op_prob("Conv2d", 1200, 1400) * K
+    assert relu > 2.0 and relu > 1.5 * conv
+
+
+def test_the_rewarding_direction_gains_probability():
+    def backward_majority(rec: GenRecord, t: int) -> float:
+        return 0.3 if 2 * rec.directions.count("backward") > len(rec.directions) else 0.02
+
+    trace = run(Scheduler(NAMES, 10, seed=3), backward_majority, 400, seed=3)
+    assert trace.forward_prob(200, 400) < 0.45
+
+
+def test_the_rewarding_bin_gains_probability():
+    def zero_pad(rec: GenRecord, t: int) -> float:
+        return 0.4 if any(b.kept and b.kind == "pad" and b.bin == 0 for b in rec.bins) else 0.02
+
+    trace = run(Scheduler(NAMES, 10, seed=4), zero_pad, 400, seed=4)
+    pad0 = trace.bin_prob(AttrKind.PAD, 0, 200, 400)
+    assert pad0 * n_bins(AttrKind.PAD, 7) > 1.3
+    assert pad0 > max(trace.bin_prob(AttrKind.PAD, i, 200, 400) for i in range(1, 8))
+
+
+def test_without_feedback_everything_stays_plain():
+    s = Scheduler(NAMES, 10, seed=5, feedback=False)
+    before = s.state()
+    trace = run(s, conv_rule, 200, seed=5)
+    assert all(p == Proposal(None, 0.5, None, 10, False) for p in trace.proposals)
+    assert s.state() == before
+    base = GenConfig(nodes=10, ops=ALL_OPS)
+    assert Scheduler.apply(trace.proposals[0], base) == base
+    summary = s.summary()
+    assert summary["feedback"] is False and summary["nodes"][0] == [10, 1.0]
+
+
+# -- guarantees -------------------------------------------------------------------------------
+def test_no_arm_falls_below_the_floor():
+    s = Scheduler(NAMES, 10, seed=6)
+    trace = run(s, conv_rule, 300, seed=6)
+    for p in trace.proposals[-100:]:
+        assert op_probs(p).min() >= FLOOR / K - 1e-12
+        assert FLOOR / 2 - 1e-12 <= p.forward_prob <= 1 - FLOOR / 2 + 1e-12
+        for kind in ("size", "pad", "signed"):
+            w = np.array(p.bin_weights[kind])
+            assert (w / w.sum()).min() >= FLOOR / len(w) - 1e-12
+    # once-per-test choices: the size the scheduler likes least is still picked now and then
+    picks = np.array([s.propose().nodes for _ in range(1000)])
+    for size in s.sizes:
+        assert np.mean(picks == size) >= 0.7 * FLOOR / len(s.sizes)
+    assert np.mean([s.propose().seeded for _ in range(500)]) >= 0.7 * FLOOR / 2
+
+
+def test_restored_state_continues_identically():
+    s = Scheduler(NAMES, 10, seed=7)
+    run(s, conv_rule, 150, seed=7)
+    state = s.state()
+    copies = [
+        Scheduler.from_state(json.loads(json.dumps(state))),
+        Scheduler.from_state(msgpack.unpackb(msgpack.packb(state))),
+    ]
+    rng = np.random.default_rng(0)
+    for t in range(40):
+        p = s.propose()
+        assert all(c.propose() == p for c in copies)
+        rec = synthetic_record(p, NAMES, rng)
+        for sched in [s, *copies]:
+            sched.observe(p, rec, NEW if t % 5 == 0 else NOTHING)
+    assert all(c.state() == s.state() for c in copies)
+
+
+def test_same_seed_same_proposals_and_the_summary_does_not_disturb_them():
+    a, b = Scheduler(NAMES, 10, seed=8), Scheduler(NAMES, 10, seed=8)
+    run(a, conv_rule, 200, seed=8)
+    run(b, conv_rule, 200, seed=8)
+    summary = a.summary(top=3)
+    assert summary["tests"] == 200 and len(summary["op"]) == 3 and len(summary["direction"]) == 2
+    assert summary["op"][0][0] == "Conv2d" and summary["op"][0][1] > 3 / K
+    json.dumps(summary)
+    assert a.propose() == b.propose()
+    assert Scheduler(NAMES, 10, seed=9).propose() != Scheduler(NAMES, 10, seed=8).propose()
+
+
+def test_only_the_choices_made_are_credited():
+    s = Scheduler(NAMES, 10, seed=10)
+    p = dataclasses.replace(s.propose(), nodes=5, seeded=True)
+    bins = [
+        BinChoice("Conv2d#0", "k", "size", 3),
+        BinChoice("Conv2d#0", "k", "size", 3),
+        BinChoice("Conv2d#0", "s", "size", 6, kept=False),  # dropped by binning: not applied
+        BinChoice("Pad#1", "p", "pad", 0),
+        BinChoice("Slice#2", "special0", "free", 0),  # no generic bins: no arm
+    ]
+    s.observe(p, record(["Conv2d", "Conv2d", "Conv2d", "Relu", "NotAnOp"], ["forward"] * 3 + ["backward"], bins), NEW)
+    g = s.state()["groups"]
+    op_hits = dict(zip(NAMES, g["op"]["hit_in"]))
+    assert op_hits["Conv2d"] == op_hits["Relu"] == 1.0  # present counts once, however often
+    assert all(op_hits[n] == 0.0 for n in NAMES[2:])  # absent ops earn nothing ...
+    assert all(g["op"]["hit_out"][i] == 1.0 for i in range(2, K))  # ... and count as "without"
+    assert g["direction"]["hit_in"] == [0.75, 0.25]
+    size = dict(zip(range(1, 8), g["bin.size"]["hit_in"]))
+    assert size[3] == 1.0 and sum(size.values()) == 1.0
+    assert g["bin.pad"]["hit_in"][0] == 1.0 and sum(g["bin.signed"]["hit_in"]) == 0.0  # no signed draws: no evidence
+    assert sum(g["bin.signed"]["hit_out"]) == 0.0
+    assert dict(zip(s.sizes, g["nodes"]["hit_in"]))[5] == 1.0 and g["seeded"]["hit_in"] == [0.0, 1.0]
+
+
+def test_a_failed_generation_charges_only_size_and_origin():
+    s = Scheduler(NAMES, 10, seed=11)
+    p = s.propose()
+    s.observe(p, GenRecord(seed=0), None)
+    g = s.state()["groups"]
+    for name in ("op", "direction", "bin.size", "bin.pad", "bin.signed"):
+        assert not any(any(v) for v in g[name].values()), name
+    assert sum(g["nodes"]["miss_in"]) == 1.0 and sum(g["seeded"]["miss_in"]) == 1.0
+
+
+def test_reward_saturates_and_weighs_branches_over_buckets():
+    assert reward_of(None) == 0.0 and reward_of(NOTHING) == 0.0
+    assert reward_of(Novelty(1, 0)) == 1.0 and reward_of(Novelty(40, 3)) == 1.0
+    assert reward_of(Novelty(0, 2)) == 0.5 and reward_of(Novelty(0, 9)) == 1.0
+
+
+# -- formats and the generator ---------------------------------------------------------------
+def test_proposals_fit_the_generator_and_round_trip():
+    s = Scheduler([o.name() for o in ALL_OPS], 6, seed=12)
+    base = GenConfig(nodes=6, ops=ALL_OPS)
+    p = s.propose()
+    assert Proposal.from_json(json.loads(json.dumps(p.to_json()))) == p
+    assert np.mean(list(p.op_weights.values())) == pytest.approx(1.0)
+    cfg = Scheduler.apply(p, base)
+    assert cfg.nodes == p.nodes in s.sizes == (3, 6, 9, 12) and cfg.forward_prob == p.forward_prob
+    for kind in (AttrKind.SIZE, AttrKind.PAD, AttrKind.SIGNED):
+        assert weights_for(cfg.bin_weights, kind, cfg.bins) == p.bin_weights[kind.value]
+    gen = generate(cfg, seed=3)
+    s.observe(p, gen.record, NEW)
+    g = s.state()["groups"]
+    assert sum(g["op"]["hit_in"]) == len(set(gen.record.ops))
+    kept = [b for b in gen.record.bins if b.kept and b.kind in ("size", "pad", "signed")]
+    assert kept and sum(sum(g[f"bin.{k}"]["hit_in"]) for k in ("size", "pad", "signed")) == pytest.approx(
+        len({b.kind for b in kept})
+    )
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("op_weights", {"Add": -1.0}), ("bin_weights", {"pad": [1.0, "x"]}), ("forward_prob", 1.5), ("nodes", True)],
+)
+def test_malformed_proposals_are_rejected(field, value):
+    obj = Scheduler(NAMES, 10, seed=14).propose().to_json() | {field: value}
+    with pytest.raises(ValueError):
+        Proposal.from_json(obj)
+
+
+@pytest.mark.parametrize(
+    "corrupt",
+    [
+        lambda st: st.update(schema=99),
+        lambda st: st["groups"]["op"]["hit_in"].pop(),
+        lambda st: st["groups"]["direction"]["miss_out"].__setitem__(0, -1.0),
+        lambda st: st["groups"].pop("seeded"),
+        lambda st: st["rng"].update(state="not hex"),
+        lambda st: st["config"]["params"].update(floor=0.0),
+        lambda st: st["rate"].update(hits=float("nan")),
+    ],
+)
+def test_malformed_states_are_rejected(corrupt):
+    st = json.loads(json.dumps(Scheduler(NAMES, 10, seed=13).state()))
+    corrupt(st)
+    with pytest.raises(ValueError):
+        Scheduler.from_state(st)
+
+
+def test_bad_arguments_are_rejected():
+    with pytest.raises(ValueError):
+        Scheduler([], 10)
+    with pytest.raises(ValueError):
+        Scheduler(["Add", "Add"], 10)
+    with pytest.raises(ValueError):
+        Scheduler(NAMES, 0)
+    with pytest.raises(ValueError):
+        BanditParams(floor=0.0)
