@@ -124,8 +124,22 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("-o", "--output", type=Path, help="write each model to OUTPUT/<seed>/")
     _add_gen_flags(b)
 
-    f = sub.add_parser("fuzz", help="differential fuzzing: generate, search, export, compile, compare")
-    f.add_argument("-o", "--output", type=Path, required=True, help="run folder (findings, stats, logs)")
+    f = sub.add_parser("fuzz", help="coverage-guided differential fuzzing campaign")
+    where = f.add_mutually_exclusive_group(required=True)
+    where.add_argument(
+        "-o",
+        "--corpus",
+        "--output",
+        dest="output",
+        type=Path,
+        help="new campaign folder (LMDB corpus, findings, stats)",
+    )
+    where.add_argument("--resume", type=Path, help="continue the campaign in this folder (its own settings)")
+    f.add_argument(
+        "--feedback",
+        choices=("on", "off"),
+        help="coverage feedback steers the generator (default: on with a collector; off = plain NNSmith)",
+    )
     f.add_argument("--backends", type=_backends, default=["ort", "tvm"], help="comma list (default ort,tvm)")
     f.add_argument("--time", type=_duration, help="stop after this long (e.g. 10m, 4h)")
     f.add_argument("--tests", type=_positive, help="stop after this many test cases")
@@ -141,7 +155,7 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--support-cache", type=Path, help="op-support cache folder (default ~/.cache/nnsmith-cov)")
     f.add_argument("--no-support", action="store_true", help="do not probe op support; use every operator")
     f.add_argument(
-        "--collector", choices=("none", "python", "llvm"), default="none", help="coverage collector (default none)"
+        "--collector", choices=("none", "python", "llvm"), default="python", help="coverage collector (default python)"
     )
     f.add_argument(
         "--cov-targets",
@@ -272,9 +286,17 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     from nnsmith_cov.campaign.status import status_line, summary
     from nnsmith_cov.campaign.testcase import CaseSettings
     from nnsmith_cov.campaign.worker_handle import WorkerHandle, WorkerStartError
+    from nnsmith_cov.corpus.records import CorpusError
 
+    resume = args.resume is not None
+    if resume:
+        _restore_fuzz_args(args)
     if args.time is None and args.tests is None:
         raise CliError("say when to stop: --time (e.g. 10m) and/or --tests N")
+    collector = "" if args.collector == "none" else args.collector
+    feedback = (args.feedback or ("on" if collector else "off")) == "on"
+    if feedback and not collector:
+        raise CliError("--feedback on needs a coverage collector (--collector python or llvm)")
     cfg = _gen_config(args)
     settings = CaseSettings(
         backends=args.backends,
@@ -287,10 +309,9 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         localize=not args.no_localize,
     )
     run = RunDir(args.output)
-    if (args.output / "config.json").exists():
-        raise CliError(f"{args.output} already holds a run; choose another output folder")
+    if not resume and (args.output / "config.json").exists():
+        raise CliError(f"{args.output} already holds a campaign: --resume it, or choose another folder")
     console = Console(stderr=True)
-    collector = "" if args.collector == "none" else args.collector
     worker = WorkerHandle(args.backends, run.worker_log(0), collector=collector, cov_targets=args.cov_targets)
     try:
         with console.status("starting the worker (importing the backends)"):
@@ -298,16 +319,22 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         missing = {b: why for b, why in hello["unavailable"].items() if b in args.backends}
         if missing:
             raise CliError("; ".join(f"backend {b} is unavailable: {why}" for b, why in missing.items()))
-        if not args.no_support:
+        if not args.no_support:  # from the cache; on resume, of the campaign's own ops
             cfg.ops = _supported_ops(args, worker, cfg.ops, console)
-        fuzzer = Fuzzer(
-            FuzzConfig(cfg, settings, seed=args.seed, time_s=args.time, max_tests=args.tests),
-            run,
-            worker,
-            lambda ev: _print_event(console, ev),
+        fuzz_cfg = FuzzConfig(
+            cfg,
+            settings,
+            seed=args.seed,
+            time_s=args.time,
+            max_tests=args.tests,
+            feedback=feedback,
+            collector=collector,
+            cov_targets=args.cov_targets,
         )
-        fuzzer.start()
-    except (WorkerStartError, RunDirError) as e:
+        fuzzer = Fuzzer(fuzz_cfg, run, worker, lambda ev: _print_event(console, ev), corpus=True)
+        with console.status("measuring the branch universe" if collector else "starting"):
+            fuzzer.start(resume=resume)
+    except (WorkerStartError, RunDirError, CorpusError) as e:
         worker.close()
         raise CliError(str(e)) from None
     interrupted = False
@@ -324,10 +351,38 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         interrupted = True
     finally:
         fuzzer.write_stats()
+        fuzzer.close()
         worker.close()
     Console().print(summary(fuzzer.stats))
-    print(f"run folder: {args.output}  (findings in {args.output / 'findings'})")
+    print(f"campaign folder: {args.output}  (findings in {args.output / 'findings'}; resume with --resume)")
     return 130 if interrupted else 0
+
+
+def _restore_fuzz_args(args: argparse.Namespace) -> None:
+    """Fill `args` from the stored config of the campaign being resumed; --time and --tests
+    given now replace the stored limits (both count the whole campaign)."""
+    import json
+
+    path = args.resume / "config.json"
+    try:
+        c = json.loads(path.read_text())
+        gen, search = c["generator"], c["search"]
+        args.ops = gen["ops"]
+        args.nodes, args.no_binning = gen["nodes"], not gen["binning"]
+        args.max_elems, args.timeout_ms = gen["max_elems"], gen["timeout_ms"]
+        args.backends, args.seed = c["backends"], c["seed"]
+        args.rtol, args.atol, args.half_rtol, args.half_atol = c["rtol"], c["atol"], c["half_rtol"], c["half_atol"]
+        args.timeout_s, args.search, args.no_localize = c["timeout_s"], search["method"], not c["localize"]
+        args.collector = c["collector"] or "none"
+        args.cov_targets = c["cov_targets"]
+        args.feedback = "on" if c["feedback"] else "off"
+        args.time = args.time if args.time is not None else c["time_s"]
+        args.tests = args.tests if args.tests is not None else c["max_tests"]
+    except FileNotFoundError:
+        raise CliError(f"{args.resume}: no campaign to resume (no config.json)") from None
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise CliError(f"{path}: unreadable campaign config ({type(e).__name__}: {e})") from None
+    args.output = args.resume
 
 
 def _supported_ops(args: argparse.Namespace, worker, ops, console) -> list:

@@ -1,12 +1,15 @@
-"""The unguided loop (NNSmith's): generate -> search -> export -> every backend -> oracle, until time is up."""
+"""The fuzzing loop: generate -> search -> export -> every backend -> oracle -> coverage, until time is up."""
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import hashlib
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,10 +18,14 @@ from nnsmith_cov import __version__
 from nnsmith_cov.campaign.run_dir import RUN_SCHEMA, RunDir
 from nnsmith_cov.campaign.testcase import CaseResult, CaseSettings, run_test
 from nnsmith_cov.campaign.worker_handle import WorkerFault, WorkerHandle
+from nnsmith_cov.corpus.records import CorpusError, TestEntry, TestRecord, TimelineRow
+from nnsmith_cov.corpus.store import CorpusStore
 from nnsmith_cov.coverage.collector import PASS_FILTERS
-from nnsmith_cov.coverage.covmap import VirginMap
+from nnsmith_cov.coverage.covmap import Novelty, VirginMap
 from nnsmith_cov.coverage.universe import Universe
-from nnsmith_cov.gen.generator import GenConfig, Generated, GenerationError, generate
+from nnsmith_cov.feedback.scheduler import Scheduler
+from nnsmith_cov.gen.generator import GenConfig, Generated, GenerationError, GenRecord, generate
+from nnsmith_cov.materialize.model_dir import npz_bytes
 from nnsmith_cov.oracle.bundle import write_bundle
 from nnsmith_cov.oracle.finding import Finding
 
@@ -30,6 +37,10 @@ class FuzzConfig:
     seed: int = 0
     time_s: float | None = None  # stop after this long ...
     max_tests: int | None = None  # ... or after this many test cases, whichever comes first
+    feedback: bool = False  # the scheduler biases choices toward new coverage (else plain NNSmith)
+    collector: str = ""  # recorded so that a resumed campaign measures the same way
+    cov_targets: list[str] = field(default_factory=list)
+    timeline_s: float = 5.0  # a coverage-over-time point at least this often
 
     def to_json(self) -> dict[str, Any]:
         gen = self.gen
@@ -37,6 +48,9 @@ class FuzzConfig:
             "seed": self.seed,
             "time_s": self.time_s,
             "max_tests": self.max_tests,
+            "feedback": self.feedback,
+            "collector": self.collector,
+            "cov_targets": self.cov_targets,
             "generator": {
                 "nodes": gen.nodes,
                 "binning": gen.binning,
@@ -67,9 +81,12 @@ class RunStats:
     cov_tests: int = 0  # tests that set a new map bit
     last_new_s: float | None = None  # elapsed time of the last such test
     stage_ms: dict[str, list[float]] = field(default_factory=lambda: collections.defaultdict(list))
+    resumed_s: float = 0.0  # campaign time before this process took over (resume)
+    corpus: int = 0  # tests kept in the corpus for new coverage
 
     def elapsed(self) -> float:
-        return time.monotonic() - self.started
+        """Campaign time: this process's run plus what a resumed campaign had before."""
+        return self.resumed_s + time.monotonic() - self.started
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -83,6 +100,7 @@ class RunStats:
             "findings": dict(self.findings),
             "unique_signatures": len(self.signatures),
             "worker_restarts": self.restarts,
+            "corpus": self.corpus,
             "coverage": None
             if self.branches is None
             else {
@@ -106,27 +124,96 @@ Event = tuple[str, Any, Any]
 
 
 class Fuzzer:
-    """Runs test cases on one worker and files findings into the run folder."""
+    """Runs test cases on one worker, files findings into the run folder and, with a corpus,
+    keeps every test that reached new coverage (or found something) in the campaign's LMDB
+    store, one transaction per test. With a scheduler, its proposals shape each graph and
+    each test's coverage is its reward.
+    """
 
-    def __init__(self, cfg: FuzzConfig, run: RunDir, worker: WorkerHandle, on_event: Callable[[Event], None]) -> None:
+    def __init__(
+        self,
+        cfg: FuzzConfig,
+        run: RunDir,
+        worker: WorkerHandle,
+        on_event: Callable[[Event], None],
+        corpus: bool = False,
+    ) -> None:
         self.cfg, self.run, self.worker, self.on_event = cfg, run, worker, on_event
         self.stats = RunStats()
         self.versions: dict[str, str] = {"nnsmith-cov": __version__}
         self.covmap: VirginMap | None = None
         self.pass_mask: np.ndarray | None = None
         self.universe: Universe | None = None
+        self.use_corpus = corpus
+        self.store: CorpusStore | None = None
+        self.scheduler: Scheduler | None = None
+        self._next_point = 0.0  # campaign time of the next timeline point
 
-    def start(self) -> None:
+    @property
+    def store_path(self) -> Path:
+        return self.run.root / "lmdb"
+
+    def start(self, resume: bool = False) -> None:
+        """Start the worker and the run folder (a new one, or the one being resumed)."""
         hello = self.worker.start()
         self.versions |= hello["versions"]
-        coverage = None
-        if hello.get("collector"):
+        coverage = hello.get("collector")
+        if coverage:
             self.universe = self.worker.universe()
             self.covmap = VirginMap(len(self.universe))
             self.pass_mask = self.universe.file_mask(PASS_FILTERS.get(self.universe.collector, ()))
-            self.stats.branches, self.stats.pass_branches, self.stats.universe = 0, 0, len(self.universe)
-            coverage = hello["collector"]
-        self.run.create(self.cfg.to_json() | {"versions": self.versions, "coverage": coverage})
+        config = self.cfg.to_json() | {"versions": self.versions, "coverage": coverage}
+        if resume:
+            self._resume()
+        else:
+            self.run.create(config)
+            if self.use_corpus:
+                self.store = CorpusStore.create(self.store_path, config, _str_values(self.versions), self.universe)
+            self.scheduler = self._new_scheduler()
+        self._refresh_coverage()
+
+    def _new_scheduler(self) -> Scheduler:
+        names = [o.name() for o in self.cfg.gen.ops]
+        return Scheduler(names, self.cfg.gen.nodes, self.cfg.gen.bins, self.cfg.seed, feedback=self.cfg.feedback)
+
+    def _resume(self) -> None:
+        """Pick up where the stored campaign stopped: map, scheduler, numbering, time, findings."""
+        if not self.store_path.exists():
+            raise CorpusError(f"{self.run.root} holds no campaign corpus to resume")
+        ident = self.universe.ident if self.universe is not None else ""
+        collector = self.universe.collector if self.universe is not None else "none"
+        self.store = CorpusStore.open(self.store_path, expect_ident=ident, expect_collector=collector)
+        counters = self.store.counters()
+        st = self.stats
+        st.tests, st.resumed_s, st.corpus = counters.next_test_id, counters.elapsed_s, counters.corpus
+        if self.covmap is not None:
+            virgin = self.store.virgin()
+            assert virgin is not None
+            self.covmap = virgin
+        state = self.store.scheduler_state()
+        self.scheduler = Scheduler.from_state(state) if state is not None else self._new_scheduler()
+        try:  # this process's predecessor's counters (rewritten every few seconds: may lag)
+            before = json.loads((self.run.root / "stats.json").read_text())
+            st.executed, st.passed, st.no_values = before["executed"], before["passed"], before["no_values"]
+            st.gen_failed, st.faults = before["generation_failed"], before["faults"]
+            st.cov_tests = (before.get("coverage") or {}).get("interesting_tests", 0)
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        for _, header in self.store.findings():
+            st.findings[f"{header['symptom']}/{header['stage']}/{header['backend']}"] += 1
+            st.signatures[header["signature"]] += 1
+        self._next_point = st.elapsed()
+
+    def _refresh_coverage(self) -> None:
+        if self.covmap is not None:
+            st = self.stats
+            st.branches, st.pass_branches = self.covmap.count(), self.covmap.count(self.pass_mask)
+            st.universe = self.covmap.size
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+            self.store = None
 
     def done(self) -> bool:
         cfg, st = self.cfg, self.stats
@@ -135,14 +222,20 @@ class Fuzzer:
         )
 
     def step(self) -> CaseResult | None:
-        """One test case; None when no graph could be generated."""
+        """One test case; None when no graph could be generated or nnsmith-cov itself failed."""
         k = self.stats.tests
         seed = test_seed(self.cfg.seed, k)
         self.stats.tests += 1
+        assert self.scheduler is not None, "start() first"
+        # Growing stored graphs is not built yet: a "seeded" proposal runs fresh and is
+        # observed as what it was.
+        proposal = dataclasses.replace(self.scheduler.propose(), seeded=False)
         try:
-            gen = generate(self.cfg.gen, seed)
+            gen = generate(Scheduler.apply(proposal, self.cfg.gen), seed)
         except GenerationError:
             self.stats.gen_failed += 1
+            self.scheduler.observe(proposal, GenRecord(seed), None)
+            self._commit(k, None)
             return None
         self.stats.stage_ms["generate"].append(gen.record.gen_ms)
         try:
@@ -155,7 +248,9 @@ class Fuzzer:
             self.stats.restarts = self.worker.deaths
         for stage, ms in result.ms.items():
             self.stats.stage_ms[stage].append(ms)
-        self.account_coverage(result)
+        novelty = self.account_coverage(result)
+        self.scheduler.observe(proposal, gen.record, novelty)
+        headers = []
         if result.status == "no-values":
             self.stats.no_values += 1
         elif result.status == "pass":
@@ -163,23 +258,44 @@ class Fuzzer:
             self.stats.passed += 1
         else:
             self.stats.executed += result.prepared is not None and result.prepared.onnx is not None
-            for finding in result.findings:
-                self.file(finding, k, gen, result)
+            headers = [self.file(finding, k, gen, result) for finding in result.findings]
+        keep = (novelty is not None and novelty.interesting) or headers
+        self._commit(k, _entry(gen, result, novelty, headers, self.stats.elapsed()) if keep else None)
         return result
 
-    def account_coverage(self, result: CaseResult) -> None:
+    def _commit(self, k: int, entry: TestEntry | None) -> None:
+        """The test's bookkeeping in one transaction (with a corpus)."""
+        if entry is not None and entry.hits is not None:
+            self.stats.corpus += 1
+        if self.store is None:
+            return
+        assert self.scheduler is not None
+        st = self.stats
+        point = None
+        if st.elapsed() >= self._next_point or self.done():
+            point = TimelineRow(
+                st.elapsed(), st.tests, st.branches or 0, st.pass_branches or 0, st.corpus, st.findings.total()
+            )
+            self._next_point = st.elapsed() + self.cfg.timeline_s
+        virgin = self.covmap if entry is not None and entry.hits is not None else None
+        self.store.commit(
+            k, entry, elapsed_s=st.elapsed(), virgin=virgin, scheduler=self.scheduler.state(), timeline=point
+        )
+
+    def account_coverage(self, result: CaseResult) -> Novelty | None:
         """Fold a finished test's hits into the map (a worker that died mid-request sent none)."""
         if self.covmap is None or result.hits is None:
-            return
+            return None
         novelty = self.covmap.update(result.hits)
         if novelty.interesting:
             st = self.stats
             st.cov_tests += 1
             st.last_new_s = st.elapsed()
-            st.branches = self.covmap.count()
-            st.pass_branches = self.covmap.count(self.pass_mask)
+            self._refresh_coverage()
+        return novelty
 
-    def file(self, finding: Finding, k: int, gen: Generated, result: CaseResult) -> None:
+    def file(self, finding: Finding, k: int, gen: Generated, result: CaseResult) -> dict[str, Any]:
+        """Count, bundle (first of its signature) and log a finding; returns its log line."""
         self.stats.findings[f"{finding.symptom}/{finding.stage}/{finding.backend}"] += 1
         new = finding.signature not in self.stats.signatures
         self.stats.signatures[finding.signature] += 1
@@ -197,12 +313,48 @@ class Fuzzer:
                 "draws": gen.record.draws,
             }
             bundle = write_bundle(self.run.bundle_path(finding), finding, gen.graph, p.values, p.oracle, p.onnx, meta)
-        self.run.log_finding(
+        line = (
             {"test": k, "seed": gen.record.seed}
             | finding.header()
             | {"new": new, "bundle": str(self.run.bundle_path(finding).relative_to(self.run.root))}
         )
+        self.run.log_finding(line)
         self.on_event(("new" if new else "dup", finding, bundle))
+        return line
 
     def write_stats(self) -> None:
-        self.run.write_json("stats.json", {"schema": RUN_SCHEMA} | self.stats.to_json())
+        stats = {"schema": RUN_SCHEMA} | self.stats.to_json()
+        if self.scheduler is not None and self.cfg.feedback:
+            stats["scheduler"] = self.scheduler.summary()
+        self.run.write_json("stats.json", stats)
+
+
+def _entry(
+    gen: Generated, result: CaseResult, novelty: Novelty | None, findings: list[dict[str, Any]], elapsed_s: float
+) -> TestEntry:
+    """What the corpus keeps of a test: with its hits when it brought new coverage."""
+    p = result.prepared
+    record = TestRecord(
+        seed=gen.record.seed,
+        status=result.status,
+        graph=gen.graph.to_json(),
+        gen=gen.record.to_json(),
+        draws=[(label, value) for label, value in gen.record.draws],
+        timings={k: round(v, 3) for k, v in result.ms.items()},
+        elapsed_s=elapsed_s,
+        novelty=novelty,
+    )
+    blobs: dict[str, bytes] = {}
+    if p is not None:
+        if p.onnx is not None:
+            blobs["model.onnx"] = p.onnx
+        if p.values:
+            blobs["inputs.npz"] = npz_bytes(p.values)
+        if p.oracle is not None:
+            blobs["oracle.npz"] = npz_bytes(p.oracle)
+    hits = result.hits if novelty is not None and novelty.interesting else None
+    return TestEntry(record, hits, blobs, findings)
+
+
+def _str_values(versions: dict[str, Any]) -> dict[str, str]:
+    return {k: str(v) for k, v in versions.items()}

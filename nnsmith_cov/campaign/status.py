@@ -38,7 +38,7 @@ def _coverage(st: RunStats) -> str:
     if st.branches is None:
         return ""
     last = "never" if st.last_new_s is None else f"{_fmt_time(st.elapsed() - st.last_new_s)} ago"
-    return f"  branches {st.branches} (pass-only {st.pass_branches}, last new {last})"
+    return f"  branches {st.branches} (pass-only {st.pass_branches}, last new {last})  corpus {st.corpus}"
 
 
 def summary(st: RunStats) -> Group:

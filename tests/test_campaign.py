@@ -1,0 +1,64 @@
+"""A campaign end to end through the CLI: LMDB corpus, feedback, resume, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from nnsmith_cov.cli import main
+from nnsmith_cov.corpus.store import CorpusStore
+
+FLAGS = ["--backends", "ort", "--nodes", "4", "--ops", "Add", "Mul", "Relu", "Sigmoid", "MatMul", "--seed", "3"]
+
+
+def _stored(folder):
+    with CorpusStore.open(folder / "lmdb", readonly=True) as store:
+        return store.counters(), store.virgin(), [i for i, _ in store.entries()], store.scheduler_state()
+
+
+def test_campaign_keeps_new_coverage_and_resumes_where_it_stopped(tmp_path, capsys):
+    folder = tmp_path / "camp"
+    assert main(["fuzz", "-o", str(folder), "--tests", "4", *FLAGS]) == 0
+    counters, virgin, ids, sched = _stored(folder)
+    assert counters.next_test_id == 4 and counters.tests_run == 4
+    assert 1 <= counters.corpus == len(ids) <= 4 and ids[0] == 0  # the first test always finds something new
+    assert virgin is not None and virgin.count() > 100 and sched is not None
+    stats = json.loads((folder / "stats.json").read_text())
+    assert stats["coverage"]["branches"] == virgin.count() and "scheduler" in stats  # feedback on by default
+    config = json.loads((folder / "config.json").read_text())
+    assert config["feedback"] is True and config["collector"] == "python"
+
+    assert main(["fuzz", "--resume", str(folder), "--tests", "7"]) == 0
+    counters2, virgin2, ids2, _ = _stored(folder)
+    assert counters2.next_test_id == 7 and counters2.tests_run == 7
+    assert ids2[: len(ids)] == ids and all(i >= 4 for i in ids2[len(ids) :])
+    # the map only grows: every branch reached before is still reached
+    assert np.all(virgin2.virgin <= virgin.virgin) and virgin2.count() >= virgin.count()
+    assert "resume with --resume" in capsys.readouterr().out
+
+
+def test_feedback_off_stores_no_weights_and_existing_folders_are_refused(tmp_path, capsys):
+    folder = tmp_path / "plain"
+    assert main(["fuzz", "-o", str(folder), "--tests", "2", "--feedback", "off", *FLAGS]) == 0
+    stats = json.loads((folder / "stats.json").read_text())
+    assert "scheduler" not in stats and json.loads((folder / "config.json").read_text())["feedback"] is False
+    capsys.readouterr()
+    assert main(["fuzz", "-o", str(folder), "--tests", "2", *FLAGS]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "already holds a campaign" in err[0]
+
+
+def test_bad_campaigns_are_one_line_errors(tmp_path, capsys):
+    assert main(["fuzz", "--resume", str(tmp_path / "none"), "--tests", "1"]) == 2
+    assert "no campaign to resume" in capsys.readouterr().err
+    folder = tmp_path / "camp"
+    assert main(["fuzz", "-o", str(folder), "--tests", "1", *FLAGS]) == 0
+    capsys.readouterr()
+    data = folder / "lmdb" / "data.mdb"
+    data.write_bytes(b"\0" * 100)  # truncated: not an LMDB file any more
+    assert main(["fuzz", "--resume", str(folder), "--tests", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "data.mdb" in err[0]
+    assert main(["fuzz", "-o", str(tmp_path / "x"), "--tests", "1", "--collector", "none", "--feedback", "on"]) == 2
+    assert "needs a coverage collector" in capsys.readouterr().err
