@@ -135,6 +135,7 @@ def _parser() -> argparse.ArgumentParser:
         help="new campaign folder (LMDB corpus, findings, stats)",
     )
     where.add_argument("--resume", type=Path, help="continue the campaign in this folder (its own settings)")
+    f.add_argument("--workers", type=_positive, default=1, help="worker processes testing in parallel (default 1)")
     f.add_argument(
         "--feedback",
         choices=("on", "off"),
@@ -337,22 +338,47 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     except (WorkerStartError, RunDirError, CorpusError) as e:
         worker.close()
         raise CliError(str(e)) from None
+    import threading
+
+    more = [
+        WorkerHandle(args.backends, run.worker_log(i), collector=collector, cov_targets=args.cov_targets)
+        for i in range(1, args.workers)
+    ]
+    stop = threading.Event()
+    failure: list[BaseException] = []
+
+    def drive() -> None:
+        try:
+            fuzzer.run_workers(more, lambda: None, stop)
+        except BaseException as e:
+            failure.append(e)
+
     interrupted = False
     last_stats = 0.0
+    driver = threading.Thread(target=drive, daemon=True)
     try:
         with Live(status_line(fuzzer.stats, args.time), console=console, refresh_per_second=2) as live:
-            while not fuzzer.done():
-                fuzzer.step()
-                live.update(status_line(fuzzer.stats, args.time))
+            driver.start()
+            while driver.is_alive():
+                driver.join(timeout=0.5)
+                with fuzzer.lock:
+                    live.update(status_line(fuzzer.stats, args.time))
                 if fuzzer.stats.elapsed() - last_stats >= 5:
                     fuzzer.write_stats()
                     last_stats = fuzzer.stats.elapsed()
     except KeyboardInterrupt:
         interrupted = True
+        stop.set()
+        driver.join()
     finally:
         fuzzer.write_stats()
         fuzzer.close()
-        worker.close()
+        for w in (worker, *more):
+            w.close()
+    if failure and isinstance(failure[0], WorkerStartError):
+        raise CliError(str(failure[0]))
+    if failure:
+        raise failure[0]
     Console().print(summary(fuzzer.stats))
     print(f"campaign folder: {args.output}  (findings in {args.output / 'findings'}; resume with --resume)")
     return 130 if interrupted else 0

@@ -62,3 +62,13 @@ def test_bad_campaigns_are_one_line_errors(tmp_path, capsys):
     assert len(err) == 1 and "data.mdb" in err[0]
     assert main(["fuzz", "-o", str(tmp_path / "x"), "--tests", "1", "--collector", "none", "--feedback", "on"]) == 2
     assert "needs a coverage collector" in capsys.readouterr().err
+
+
+def test_two_workers_share_one_map_without_duplicate_or_lost_tests(tmp_path):
+    folder = tmp_path / "two"
+    assert main(["fuzz", "-o", str(folder), "--tests", "6", "--workers", "2", *FLAGS]) == 0
+    with CorpusStore.open(folder / "lmdb", readonly=True) as store:
+        counters = store.counters()
+        assert counters.tests_run == 6 and counters.next_test_id == 6  # ids 0..5, each committed once
+        assert store.check() == []  # map == union of the stored bitmaps, counters match the records
+    assert (folder / "workers" / "w1.log").exists()

@@ -6,6 +6,7 @@ import collections
 import dataclasses
 import hashlib
 import json
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,13 +18,13 @@ import numpy as np
 from nnsmith_cov import __version__
 from nnsmith_cov.campaign.run_dir import RUN_SCHEMA, RunDir
 from nnsmith_cov.campaign.testcase import CaseResult, CaseSettings, run_test
-from nnsmith_cov.campaign.worker_handle import WorkerFault, WorkerHandle
+from nnsmith_cov.campaign.worker_handle import WorkerFault, WorkerHandle, WorkerStartError
 from nnsmith_cov.corpus.records import CorpusError, TestEntry, TestRecord, TimelineRow
 from nnsmith_cov.corpus.store import CorpusStore
 from nnsmith_cov.coverage.collector import PASS_FILTERS
 from nnsmith_cov.coverage.covmap import Novelty, VirginMap
 from nnsmith_cov.coverage.universe import Universe
-from nnsmith_cov.feedback.scheduler import Scheduler
+from nnsmith_cov.feedback.scheduler import Proposal, Scheduler
 from nnsmith_cov.gen.generator import GenConfig, Generated, GenerationError, GenRecord, generate
 from nnsmith_cov.materialize.model_dir import npz_bytes
 from nnsmith_cov.oracle.bundle import write_bundle
@@ -148,6 +149,10 @@ class Fuzzer:
         self.store: CorpusStore | None = None
         self.scheduler: Scheduler | None = None
         self._next_point = 0.0  # campaign time of the next timeline point
+        self.workers = [worker]
+        # Held for everything shared (map, scheduler, store, stats, run folder) so that one
+        # thread per worker can drive tests; generation and the workers' runs happen outside.
+        self.lock = threading.RLock()
 
     @property
     def store_path(self) -> Path:
@@ -221,47 +226,87 @@ class Fuzzer:
             cfg.time_s is not None and st.elapsed() >= cfg.time_s
         )
 
-    def step(self) -> CaseResult | None:
-        """One test case; None when no graph could be generated or nnsmith-cov itself failed."""
-        k = self.stats.tests
-        seed = test_seed(self.cfg.seed, k)
-        self.stats.tests += 1
+    def step(self, worker: WorkerHandle | None = None) -> CaseResult | None:
+        """One test case on `worker` (default: the first); None when no graph could be generated
+        or nnsmith-cov itself failed. Safe to call from one thread per worker: only generation
+        and the worker's run happen outside the campaign lock."""
+        worker = worker or self.worker
         assert self.scheduler is not None, "start() first"
-        # Growing stored graphs is not built yet: a "seeded" proposal runs fresh and is
-        # observed as what it was.
-        proposal = dataclasses.replace(self.scheduler.propose(), seeded=False)
+        with self.lock:
+            if self.done():  # another thread took the last test
+                return None
+            k = self.stats.tests
+            self.stats.tests += 1
+            # Growing stored graphs is not built yet: a "seeded" proposal runs fresh and is
+            # observed as what it was.
+            proposal = dataclasses.replace(self.scheduler.propose(), seeded=False)
+        seed = test_seed(self.cfg.seed, k)
         try:
             gen = generate(Scheduler.apply(proposal, self.cfg.gen), seed)
         except GenerationError:
-            self.stats.gen_failed += 1
-            self.scheduler.observe(proposal, GenRecord(seed), None)
-            self._commit(k, None)
+            with self.lock:
+                self.stats.gen_failed += 1
+                self.scheduler.observe(proposal, GenRecord(seed), None)
+                self._commit(k, None)
             return None
-        self.stats.stage_ms["generate"].append(gen.record.gen_ms)
         try:
-            result = run_test(self.worker, gen.graph, seed, self.cfg.settings)
+            result = run_test(worker, gen.graph, seed, self.cfg.settings)
         except WorkerFault as e:
-            self.stats.faults += 1
-            self.on_event(("fault", str(e).splitlines()[0], None))
+            with self.lock:
+                self.stats.faults += 1
+                self.on_event(("fault", str(e).splitlines()[0], None))
             return None
-        finally:
-            self.stats.restarts = self.worker.deaths
+        with self.lock:
+            self._finish(k, proposal, gen, result)
+        return result
+
+    def _finish(self, k: int, proposal: Proposal, gen: Generated, result: CaseResult) -> None:
+        st = self.stats
+        assert self.scheduler is not None
+        st.restarts = sum(w.deaths for w in self.workers)
+        st.stage_ms["generate"].append(gen.record.gen_ms)
         for stage, ms in result.ms.items():
-            self.stats.stage_ms[stage].append(ms)
+            st.stage_ms[stage].append(ms)
         novelty = self.account_coverage(result)
         self.scheduler.observe(proposal, gen.record, novelty)
         headers = []
         if result.status == "no-values":
-            self.stats.no_values += 1
+            st.no_values += 1
         elif result.status == "pass":
-            self.stats.executed += 1
-            self.stats.passed += 1
+            st.executed += 1
+            st.passed += 1
         else:
-            self.stats.executed += result.prepared is not None and result.prepared.onnx is not None
+            st.executed += result.prepared is not None and result.prepared.onnx is not None
             headers = [self.file(finding, k, gen, result) for finding in result.findings]
         keep = (novelty is not None and novelty.interesting) or headers
-        self._commit(k, _entry(gen, result, novelty, headers, self.stats.elapsed()) if keep else None)
-        return result
+        self._commit(k, _entry(gen, result, novelty, headers, st.elapsed()) if keep else None)
+
+    def run_workers(self, more: list[WorkerHandle], on_step: Callable[[], None], stop: threading.Event) -> None:
+        """Test in parallel on `self.worker` and `more` (started, same collector and universe),
+        one thread each, until done() or `stop` is set; `on_step` runs after each test."""
+        for w in more:
+            hello = w.start()
+            if hello.get("collector") and self.universe is not None and w.universe().ident != self.universe.ident:
+                raise WorkerStartError("workers measure different branch universes")
+        self.workers = [self.worker, *more]
+        errors: list[BaseException] = []
+
+        def loop(w: WorkerHandle) -> None:
+            try:
+                while not stop.is_set() and not self.done():
+                    self.step(w)
+                    on_step()
+            except BaseException as e:  # surfaced in the main thread
+                errors.append(e)
+                stop.set()
+
+        threads = [threading.Thread(target=loop, args=(w,), daemon=True) for w in self.workers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
 
     def _commit(self, k: int, entry: TestEntry | None) -> None:
         """The test's bookkeeping in one transaction (with a corpus)."""
@@ -323,9 +368,10 @@ class Fuzzer:
         return line
 
     def write_stats(self) -> None:
-        stats = {"schema": RUN_SCHEMA} | self.stats.to_json()
-        if self.scheduler is not None and self.cfg.feedback:
-            stats["scheduler"] = self.scheduler.summary()
+        with self.lock:
+            stats = {"schema": RUN_SCHEMA} | self.stats.to_json()
+            if self.scheduler is not None and self.cfg.feedback:
+                stats["scheduler"] = self.scheduler.summary()
         self.run.write_json("stats.json", stats)
 
 
