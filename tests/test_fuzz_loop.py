@@ -114,8 +114,9 @@ def test_fuzz_cli_runs_and_refuses_to_overwrite(tmp_path, capsys):
     argv += ["--ops", *SIMPLE_OPS, "--no-support", "--seed", "5"]
     assert main(argv) == 0
     assert json.loads((tmp_path / "r" / "stats.json").read_text())["tests"] == 2
+    capsys.readouterr()
     assert main(argv) == 2
-    assert "already holds a run" in capsys.readouterr().err
+    assert "already holds a campaign" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
