@@ -3,9 +3,9 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-FUZZ_ARGS ?= --backends ort,tvm --time 5m --seed 1 -o out/fuzz-$(shell date +%Y%m%d-%H%M%S)
+FUZZ_ARGS ?= --backends ort,tvm --collector python --time 5m --seed 1 -o corpus/fuzz-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: install test lint format fuzz bench clean
+.PHONY: install test lint format fuzz bench clean native-tools instrumented
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,7 +15,7 @@ $(STAMP): setup.cfg pyproject.toml
 
 install: $(STAMP)
 
-test: $(STAMP)
+test: native-tools $(STAMP)
 	$(PY) -m ruff check nnsmith_cov tests scripts
 	$(PY) -m pytest -q
 
@@ -37,3 +37,21 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache
+
+# Native coverage (the llvm collector): Debian's clang-19 / llvm-19, and what the
+# instrumented onnxoptimizer build needs (its slow test builds it under `make test`),
+# each installed only when missing. libclang-rt-19-dev holds the profile runtime of
+# source-based coverage, only a Recommends of clang-19.
+NATIVE_PKGS := clang-19 llvm-19 libclang-rt-19-dev libprotobuf-dev protobuf-compiler cmake
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+native-tools:
+	@missing=""; for p in $(NATIVE_PKGS); do \
+	dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then echo "installing$$missing"; $(SUDO) apt-get update -q && \
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends $$missing; fi
+
+# onnxoptimizer built from its sdist with instrumentation/ into ~/.cache/nnsmith-cov/instrumented/
+# (skipped when already built there); `--backends onnxoptimizer` runs it.
+instrumented: native-tools $(STAMP)
+	nice -n 10 $(PY) scripts/build_instrumented.py onnxoptimizer

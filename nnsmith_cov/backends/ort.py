@@ -22,23 +22,32 @@ class OrtBackend:
         return onnx_bytes  # ORT parses, checks and optimizes in one call: see compile
 
     def compile(self, model: Any, opt: Opt) -> Any:
-        import onnxruntime as ort
-
-        so = ort.SessionOptions()
-        so.graph_optimization_level = (
-            ort.GraphOptimizationLevel.ORT_ENABLE_ALL if opt is Opt.OPT else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        )
-        # One thread, sequential: deterministic, no pool threads for a collector to chase.
-        so.intra_op_num_threads = 1
-        so.inter_op_num_threads = 1
-        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        so.log_severity_level = 3
         with staged(Stage.COMPILE):
-            return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+            return session(model, optimize=opt is Opt.OPT)
 
     def run(self, exe: Any, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        names = [o.name for o in exe.get_outputs()]
-        feed = {i.name: inputs[i.name] for i in exe.get_inputs()}
-        with staged(Stage.EXECUTE):
-            outs = exe.run(names, feed)
-        return {n: np.asarray(o) for n, o in zip(names, outs)}
+        return run_session(exe, inputs)
+
+
+def session(model: bytes, optimize: bool) -> Any:
+    """A CPU inference session at ORT_ENABLE_ALL (optimize) or ORT_DISABLE_ALL."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    level = ort.GraphOptimizationLevel
+    so.graph_optimization_level = level.ORT_ENABLE_ALL if optimize else level.ORT_DISABLE_ALL
+    # One thread, sequential: deterministic, no pool threads for a collector to chase.
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.log_severity_level = 3
+    return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+
+
+def run_session(exe: Any, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every output of session `exe` on `inputs`, by name; raises BackendError(EXECUTE)."""
+    names = [o.name for o in exe.get_outputs()]
+    feed = {i.name: inputs[i.name] for i in exe.get_inputs()}
+    with staged(Stage.EXECUTE):
+        outs = exe.run(names, feed)
+    return {n: np.asarray(o) for n, o in zip(names, outs)}

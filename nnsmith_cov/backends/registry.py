@@ -10,6 +10,7 @@ BUILTIN = {
     "ort": "nnsmith_cov.backends.ort:OrtBackend",
     "tvm": "nnsmith_cov.backends.tvm:TvmBackend",
     "trt": "nnsmith_cov.backends.tensorrt:TensorrtBackend",
+    "onnxoptimizer": "nnsmith_cov.backends.onnxoptimizer:OnnxoptimizerBackend",
 }
 
 

@@ -1,0 +1,333 @@
+"""The llvm collector and instrumentation/ on native code: a fixture library with known branches, and onnxoptimizer."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nnsmith_cov.coverage.collector import CollectorError
+from nnsmith_cov.coverage.covmap import classify
+from nnsmith_cov.coverage.llvm_collector import LlvmCollector
+
+ROOT = Path(__file__).resolve().parents[1]
+KIT = ROOT / "instrumentation"
+NATIVE = ROOT / "tests" / "native"
+FIXTURE_SRC = NATIVE / "fixture.cc"
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("clang-19") is None or shutil.which("llvm-symbolizer-19") is None,
+    reason="clang-19 / llvm-19 not installed (make native-tools)",
+)
+
+
+def marker_line(tag: str) -> int:
+    """The line of fixture.cc carrying `// LINE <tag>`."""
+    for number, text in enumerate(FIXTURE_SRC.read_text().splitlines(), 1):
+        if text.rstrip().endswith(f"// LINE {tag}"):
+            return number
+    raise AssertionError(f"no marker {tag} in {FIXTURE_SRC}")
+
+
+def kit_compile(out: Path, src: Path, **env: str) -> Path:
+    """Build `src` into the shared library `out` with the kit's C++ wrapper."""
+    full = dict(os.environ) | env
+    subprocess.run([str(KIT / "bin" / "nncov-c++"), "-shared", "-fPIC", "-o", str(out), str(src)], env=full, check=True)
+    return out
+
+
+@pytest.fixture(scope="session")
+def native_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("native")
+    kit_compile(d / "libnncov_fixture.so", FIXTURE_SRC)
+    # The same source kept out of instrumentation by a path filter, and a plain C library.
+    kit_compile(d / "libnncov_filtered.so", FIXTURE_SRC, NNCOV_ALLOW="*/no-such-folder/*")
+    subprocess.run(
+        ["clang-19", "-shared", "-fPIC", "-o", str(d / "libnncov_plain.so"), str(NATIVE / "plain.c")], check=True
+    )
+    return d
+
+
+@pytest.fixture(scope="session")
+def fixture_lib(native_dir: Path) -> tuple[LlvmCollector, ctypes.CDLL]:
+    collector = LlvmCollector(["libnncov_fixture.so"])  # loads the runtime first
+    lib = ctypes.CDLL(str(native_dir / "libnncov_fixture.so"))
+    lib.fixture_branch.argtypes = [ctypes.c_int]
+    lib.fixture_loop.argtypes = [ctypes.c_int]
+    return collector, lib
+
+
+def hits_at(collector: LlvmCollector, call) -> dict[int, int]:
+    """line -> summed count of the counters on that line, for one call."""
+    collector.start()
+    call()
+    hits = collector.stop()
+    u = collector.universe()
+    out: dict[int, int] = {}
+    for i, c in zip(hits.index, hits.count):
+        out[int(u.line[i])] = out.get(int(u.line[i]), 0) + int(c)
+    return out
+
+
+def test_universe_maps_counters_to_fixture_source(fixture_lib):
+    collector, _ = fixture_lib
+    u = collector.universe()
+    assert u.collector == "llvm" and u.kind == "edge"
+    assert u.files == [str(FIXTURE_SRC)]
+    assert list(u.target) == list(range(len(u)))
+    lines = set(u.line.tolist())
+    for tag in ("then", "else", "for", "positive_side", "other_side", "loop_body"):
+        assert marker_line(tag) in lines, tag
+    assert list(u.build) == ["libnncov_fixture.so"] and len(u.build["libnncov_fixture.so"]) >= 16
+
+
+def test_branch_counters_follow_the_path_taken(fixture_lib):
+    collector, lib = fixture_lib
+    then_, else_ = marker_line("then"), marker_line("else")
+    pos = hits_at(collector, lambda: lib.fixture_branch(5))
+    assert pos.get(then_) == 1 and pos.get(marker_line("positive_side")) == 1
+    assert else_ not in pos and marker_line("other_side") not in pos
+    neg = hits_at(collector, lambda: lib.fixture_branch(-5))
+    assert neg.get(else_) == 1 and neg.get(marker_line("other_side")) == 1
+    assert then_ not in neg and marker_line("positive_side") not in neg
+    assert marker_line("loop_body") not in pos | neg
+
+
+def test_same_input_gives_identical_hits(fixture_lib):
+    collector, lib = fixture_lib
+    runs = []
+    for _ in range(2):
+        collector.start()
+        lib.fixture_branch(7)
+        lib.fixture_loop(5)
+        runs.append(collector.stop())
+    assert np.array_equal(runs[0].index, runs[1].index) and np.array_equal(runs[0].count, runs[1].count)
+    assert len(runs[0]) > 0 and runs[0].index.dtype == np.uint32 and runs[0].count.dtype == np.uint32
+
+
+def test_loop_count_shows_in_buckets(fixture_lib):
+    collector, lib = fixture_lib
+    body = marker_line("loop_body")  # the function's entry counter: one per iteration
+    counts = {n: hits_at(collector, lambda n=n: lib.fixture_loop(n)).get(body, 0) for n in (1, 3, 10, 40)}
+    assert counts == {1: 1, 3: 3, 10: 10, 40: 40}
+    buckets = classify(np.array(list(counts.values())))
+    assert len(set(buckets.tolist())) == 4
+    # 8-bit counters wrap: 256 iterations read as 0 (the edge looks untaken), 300 as 44.
+    assert body not in hits_at(collector, lambda: lib.fixture_loop(256))
+    assert hits_at(collector, lambda: lib.fixture_loop(300)).get(body) == 44
+
+
+def test_start_forgets_earlier_counts(fixture_lib):
+    collector, lib = fixture_lib
+    lib.fixture_loop(10)  # outside start/stop
+    collector.start()
+    assert len(collector.stop()) == 0
+
+
+def test_not_instrumented_library_is_refused_in_one_line(native_dir, fixture_lib):
+    for name in ("libnncov_plain.so", "libnncov_filtered.so"):
+        ctypes.CDLL(str(native_dir / name))
+        with pytest.raises(CollectorError) as e:
+            LlvmCollector([name]).universe()
+        msg = str(e.value)
+        assert "\n" not in msg
+        assert msg == (
+            f"llvm collector: {name} is loaded but not instrumented with SanitizerCoverage "
+            "(no __sanitizer_cov_8bit_counters_init region)"
+        )
+    with pytest.raises(CollectorError, match="no loaded library matches 'libnncov_absent.so'"):
+        LlvmCollector(["libnncov_absent.so"]).universe()
+
+
+def test_targets_match_paths_globs_and_basenames(native_dir, fixture_lib):
+    collector, _ = fixture_lib
+    size = len(collector.universe())
+    for target in (str(native_dir / "libnncov_fixture.so"), "libnncov_fix*.so", f"{native_dir}/*fixture*"):
+        assert len(LlvmCollector([target]).universe()) == size
+
+
+def test_cmake_toolchain_fixes_settings_at_configure_time(tmp_path):
+    if shutil.which("cmake") is None:
+        pytest.skip("cmake not installed (make native-tools)")
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "tool.cc").write_text("int main() { return 0; }\n")
+    (src / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.16)\nproject(fx CXX)\n"
+        f"add_library(fx SHARED {FIXTURE_SRC})\nadd_executable(tool tool.cc)\n"
+    )
+    toolchain = KIT / "cmake" / "nncov-toolchain.cmake"
+    configure_env = dict(os.environ, NNCOV_ALLOW="*/tests/native/*")
+    b = tmp_path / "b"
+    cmd = ["cmake", "-S", str(src), "-B", str(b), f"-DCMAKE_TOOLCHAIN_FILE={toolchain}"]
+    subprocess.run(cmd, env=configure_env, check=True, capture_output=True)
+    # The build itself runs without NNCOV_* in its environment.
+    build_env = {k: v for k, v in os.environ.items() if not k.startswith("NNCOV_")}
+    subprocess.run(["cmake", "--build", str(b)], env=build_env, check=True, capture_output=True)
+    dyn = subprocess.run(["llvm-nm-19", "-D", str(b / "libfx.so")], capture_output=True, text=True).stdout
+    assert "__sanitizer_cov_8bit_counters_init" in dyn
+    # tool.cc is outside the allowlist, and a program links the runtime: it runs.
+    assert (
+        "__sanitizer_cov" not in subprocess.run(["llvm-nm-19", str(b / "tool")], capture_output=True, text=True).stdout
+    )
+    subprocess.run([str(b / "tool")], check=True)
+
+
+def _tool_dir(tmp_path: Path, tools: list[str]) -> Path:
+    """A PATH folder holding only `tools` (what the kit's scripts need, minus what is under test)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in tools:
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    return bin_dir
+
+
+SHELL_TOOLS = ["bash", "cat", "cut", "dirname", "readlink", "sha256sum", "mkdir", "mktemp", "mv", "rm"]
+
+
+def _collector_in_fresh_process(tmp_path: Path, path_dir: Path) -> subprocess.CompletedProcess:
+    code = (
+        "from nnsmith_cov.coverage.collector import CollectorError\n"
+        "from nnsmith_cov.coverage.llvm_collector import LlvmCollector\n"
+        "try:\n    LlvmCollector([])\nexcept CollectorError as e:\n    print(e)\n"
+    )
+    env = dict(os.environ, PATH=str(path_dir), NNSMITH_COV_CACHE=str(tmp_path / "cache"))
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT)
+
+
+def test_missing_clang_is_one_line(tmp_path):
+    r = _collector_in_fresh_process(tmp_path, _tool_dir(tmp_path, SHELL_TOOLS + ["llvm-symbolizer-19"]))
+    assert r.stdout == (
+        "llvm collector: cannot build the counter runtime: clang-19 not found (make native-tools installs clang-19)\n"
+    ), r.stderr
+
+
+def test_missing_symbolizer_is_one_line(tmp_path):
+    r = _collector_in_fresh_process(tmp_path, _tool_dir(tmp_path, SHELL_TOOLS + ["clang-19"]))
+    assert r.stdout == "llvm collector: llvm-symbolizer-19 not found (make native-tools installs llvm-19)\n", r.stderr
+
+
+PROFILE_PROBE = r"""
+import ctypes, json, sys
+from pathlib import Path
+from nnsmith_cov.coverage.llvm_profile import ProfileLibrary, branch_report
+
+lib = ctypes.CDLL(sys.argv[1])
+prof = ProfileLibrary(sys.argv[1])
+prof.reset()
+lib.fixture_branch(5)
+lib.fixture_loop(4)
+first = prof.counters.copy()
+prof.reset()
+lib.fixture_branch(-5)
+second = prof.counters.copy()
+# Both tests' summed counts go into the report; the live counters are left as they were.
+prof.write_profile(Path("both.profraw"), first + second)
+assert (prof.counters == second).all()
+rows = branch_report(sys.argv[1], [Path("both.profraw")], Path("both.profdata"))
+print(json.dumps([[r.line, r.true_count, r.false_count] for r in rows]))
+"""
+
+
+def test_profile_mode_gives_exact_branch_counts(tmp_path):
+    lib = kit_compile(tmp_path / "libnncov_profile.so", FIXTURE_SRC, NNCOV_MODE="profile")
+    env = dict(os.environ, LLVM_PROFILE_FILE="/dev/null")
+    r = subprocess.run(
+        [sys.executable, "-c", PROFILE_PROBE, str(lib)], capture_output=True, text=True, cwd=tmp_path, env=env
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = {line: (t, f) for line, t, f in json.loads(r.stdout)}
+    assert rows[marker_line("if")] == (1, 1)  # `if (x > 0)`: once each way
+    assert rows[marker_line("for")] == (4, 1)  # four iterations, one exit
+    assert not (tmp_path / "default.profraw").exists()
+    # A filter that matches nothing leaves no counters.
+    skipped = kit_compile(tmp_path / "libnncov_skip.so", FIXTURE_SRC, NNCOV_MODE="profile", NNCOV_ALLOW="*/x/*")
+    sections = subprocess.run(["llvm-objdump-19", "-h", str(skipped)], capture_output=True, text=True).stdout
+    assert "__llvm_prf_cnts" not in sections
+
+
+# ---- onnxoptimizer, built from its sdist with the kit -------------------------------------
+
+OPTIMIZER_PROBE = r"""
+import json
+from onnx import TensorProto, helper
+from nnsmith_cov.coverage.llvm_collector import LlvmCollector
+
+collector = LlvmCollector(["onnx_opt_cpp2py_export*"])  # before the optimizer is imported
+from nnsmith_cov.backends.onnxoptimizer import OnnxoptimizerBackend
+backend = OnnxoptimizerBackend()
+assert backend.unavailable() is None, backend.unavailable()
+universe = collector.universe()
+passes = universe.file_mask(["onnxoptimizer/passes/"])
+
+def model(nodes, inits=()):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    g = helper.make_graph(nodes, "g", [x], [y], initializer=list(inits))
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+
+models = {
+    "identity": model([helper.make_node("Identity", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["y"])]),
+    "transposes": model([
+        helper.make_node("Transpose", ["x"], ["a"], perm=[1, 0]),
+        helper.make_node("Transpose", ["a"], ["y"], perm=[1, 0]),
+    ]),
+}
+import numpy as np
+from nnsmith_cov.backends.base import Opt
+out = {"size": len(universe), "in_passes": int(passes.sum()), "files": len(universe.files)}
+x = np.arange(6, dtype=np.float32).reshape(2, 3) - 2
+for name, data in models.items():
+    loaded = backend.load(data)
+    collector.start()
+    exe = backend.compile(loaded, Opt.OPT)
+    hits = collector.stop()
+    y = backend.run(exe, {"x": x})["y"]
+    ref = np.maximum(x, 0) if name == "identity" else x
+    out[name] = {
+        "hits": len(hits),
+        "pass_hits": [int(i) for i in hits.index if passes[i]],
+        "passes": sorted({universe.files[universe.file_of[i]] for i in hits.index if passes[i]}),
+        "right": bool(np.allclose(y, ref)),
+    }
+print(json.dumps(out))
+"""
+
+
+def test_onnxoptimizer_backend_without_build_says_so(tmp_path, monkeypatch):
+    from nnsmith_cov.backends.onnxoptimizer import OnnxoptimizerBackend
+
+    monkeypatch.setenv("NNSMITH_COV_CACHE", str(tmp_path))
+    reason = OnnxoptimizerBackend().unavailable()
+    assert reason == (
+        f"onnxoptimizer: no instrumented onnxoptimizer in {tmp_path}/instrumented/onnxoptimizer-0.4.2 "
+        "(run make instrumented)"
+    )
+
+
+@pytest.mark.slow
+def test_instrumented_onnxoptimizer_reports_pass_branches(tmp_path):
+    from nnsmith_cov.coverage.llvm_builds import build_onnxoptimizer
+
+    for tool in ("clang++-19", "cmake", "protoc"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} not installed (make instrumented)")
+    build = build_onnxoptimizer()  # reuses ~/.cache/nnsmith-cov/instrumented/ when built
+    assert build.extension.is_file()
+    r = subprocess.run([sys.executable, "-c", OPTIMIZER_PROBE], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.splitlines()[-1])
+    assert out["size"] > 1000 and out["in_passes"] > 100
+    a, b = out["identity"], out["transposes"]
+    assert a["right"] and b["right"]
+    assert a["passes"] and b["passes"], "no hits in onnxoptimizer/passes/"
+    assert all("/onnxoptimizer/passes/" in f for f in a["passes"] + b["passes"])
+    assert a["hits"] > 0 and b["hits"] > 0
+    assert set(a["pass_hits"]) != set(b["pass_hits"])
