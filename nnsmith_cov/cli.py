@@ -137,6 +137,9 @@ def _parser() -> argparse.ArgumentParser:
     where.add_argument("--resume", type=Path, help="continue the campaign in this folder (its own settings)")
     f.add_argument("--workers", type=_positive, default=1, help="worker processes testing in parallel (default 1)")
     f.add_argument(
+        "--pass-filter", nargs="+", metavar="PATH", help="pass-only folders/files (default: the collector's)"
+    )
+    f.add_argument(
         "--feedback",
         choices=("on", "off"),
         help="coverage feedback steers the generator (default: on with a collector; off = plain NNSmith)",
@@ -331,6 +334,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
             feedback=feedback,
             collector=collector,
             cov_targets=args.cov_targets,
+            pass_filters=args.pass_filter,
         )
         fuzzer = Fuzzer(fuzz_cfg, run, worker, lambda ev: _print_event(console, ev), corpus=True)
         with console.status("measuring the branch universe" if collector else "starting"):
@@ -401,6 +405,7 @@ def _restore_fuzz_args(args: argparse.Namespace) -> None:
         args.timeout_s, args.search, args.no_localize = c["timeout_s"], search["method"], not c["localize"]
         args.collector = c["collector"] or "none"
         args.cov_targets = c["cov_targets"]
+        args.pass_filter = c.get("pass_filters")
         args.feedback = "on" if c["feedback"] else "off"
         args.time = args.time if args.time is not None else c["time_s"]
         args.tests = args.tests if args.tests is not None else c["max_tests"]

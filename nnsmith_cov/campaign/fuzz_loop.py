@@ -41,6 +41,7 @@ class FuzzConfig:
     feedback: bool = False  # the scheduler biases choices toward new coverage (else plain NNSmith)
     collector: str = ""  # recorded so that a resumed campaign measures the same way
     cov_targets: list[str] = field(default_factory=list)
+    pass_filters: list[str] | None = None  # None: the collector's defaults (coverage.collector.PASS_FILTERS)
     timeline_s: float = 5.0  # a coverage-over-time point at least this often
 
     def to_json(self) -> dict[str, Any]:
@@ -52,6 +53,7 @@ class FuzzConfig:
             "feedback": self.feedback,
             "collector": self.collector,
             "cov_targets": self.cov_targets,
+            "pass_filters": self.pass_filters,
             "generator": {
                 "nodes": gen.nodes,
                 "binning": gen.binning,
@@ -166,7 +168,10 @@ class Fuzzer:
         if coverage:
             self.universe = self.worker.universe()
             self.covmap = VirginMap(len(self.universe))
-            self.pass_mask = self.universe.file_mask(PASS_FILTERS.get(self.universe.collector, ()))
+            filters = self.cfg.pass_filters
+            if filters is None:
+                filters = list(PASS_FILTERS.get(self.universe.collector, ()))
+            self.pass_mask = self.universe.file_mask(filters)
         config = self.cfg.to_json() | {"versions": self.versions, "coverage": coverage}
         if resume:
             self._resume()
