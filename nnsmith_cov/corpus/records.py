@@ -7,12 +7,14 @@ import re
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import msgpack
 import numpy as np
 
 from nnsmith_cov.coverage.covmap import Hits, Novelty, VirginMap
+
+T = TypeVar("T")
 
 CORPUS_SCHEMA = 1
 # One LMDB environment per campaign: a folder holding data.mdb, lock.mdb (LMDB's
@@ -376,34 +378,34 @@ def decode_finding(data: bytes) -> dict[str, Any]:
     return obj
 
 
-_COUNTER_FIELDS = tuple(Counters.__dataclass_fields__)
+def _encode_counts(obj: Counters | TimelineRow) -> bytes:
+    return pack({k: getattr(obj, k) for k in type(obj).__dataclass_fields__})
+
+
+def _decode_counts(cls: type[T], data: bytes, what: str) -> T:
+    """A flat record of a non-negative `elapsed_s` and integer counts (Counters, TimelineRow)."""
+    fields = tuple(cls.__dataclass_fields__)  # type: ignore[attr-defined]
+    obj = unpack(data)
+    _need(isinstance(obj, dict) and set(obj) == set(fields), f"{what} fields differ from the schema")
+    _need(is_number(obj["elapsed_s"]) and obj["elapsed_s"] >= 0, "elapsed_s must be a non-negative number")
+    ints = {k: _count(obj[k], k) for k in fields if k != "elapsed_s"}
+    return cls(elapsed_s=float(obj["elapsed_s"]), **ints)
 
 
 def encode_counters(c: Counters) -> bytes:
-    return pack({k: getattr(c, k) for k in _COUNTER_FIELDS})
+    return _encode_counts(c)
 
 
 def decode_counters(data: bytes) -> Counters:
-    obj = unpack(data)
-    _need(isinstance(obj, dict) and set(obj) == set(_COUNTER_FIELDS), "counter fields differ from the schema")
-    _need(is_number(obj["elapsed_s"]) and obj["elapsed_s"] >= 0, "elapsed_s must be a non-negative number")
-    ints = {k: _count(obj[k], k) for k in _COUNTER_FIELDS if k != "elapsed_s"}
-    return Counters(elapsed_s=float(obj["elapsed_s"]), **ints)
-
-
-_TIMELINE_FIELDS = tuple(TimelineRow.__dataclass_fields__)
+    return _decode_counts(Counters, data, "counter")
 
 
 def encode_timeline(row: TimelineRow) -> bytes:
-    return pack({k: getattr(row, k) for k in _TIMELINE_FIELDS})
+    return _encode_counts(row)
 
 
 def decode_timeline(data: bytes) -> TimelineRow:
-    obj = unpack(data)
-    _need(isinstance(obj, dict) and set(obj) == set(_TIMELINE_FIELDS), "timeline fields differ from the schema")
-    _need(is_number(obj["elapsed_s"]), "elapsed_s must be a number")
-    ints = {k: _count(obj[k], k) for k in _TIMELINE_FIELDS if k != "elapsed_s"}
-    return TimelineRow(elapsed_s=float(obj["elapsed_s"]), **ints)
+    return _decode_counts(TimelineRow, data, "timeline")
 
 
 def decode_scheduler(data: bytes) -> dict[str, Any]:
