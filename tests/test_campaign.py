@@ -40,7 +40,17 @@ def test_campaign_keeps_new_coverage_and_resumes_where_it_stopped(tmp_path, caps
 
 def test_feedback_off_stores_no_weights_and_existing_folders_are_refused(tmp_path, capsys):
     folder = tmp_path / "plain"
-    argv = ["fuzz", "-o", str(folder), "--tests", "2", "--feedback", "off", "--pass-filter", "torchscript_exporter/utils.py"]
+    argv = [
+        "fuzz",
+        "-o",
+        str(folder),
+        "--tests",
+        "2",
+        "--feedback",
+        "off",
+        "--pass-filter",
+        "torchscript_exporter/utils.py",
+    ]
     assert main([*argv, *FLAGS]) == 0
     stats = json.loads((folder / "stats.json").read_text())
     assert "scheduler" not in stats and json.loads((folder / "config.json").read_text())["feedback"] is False
@@ -75,3 +85,44 @@ def test_two_workers_share_one_map_without_duplicate_or_lost_tests(tmp_path):
         assert counters.tests_run == 6 and counters.next_test_id == 6  # ids 0..5, each committed once
         assert store.check() == []  # map == union of the stored bitmaps, counters match the records
     assert (folder / "workers" / "w1.log").exists()
+
+
+def _campaign(tmp_path, feedback: bool, tests: int):
+    from nnsmith_cov.abstract.dtype import DType
+    from nnsmith_cov.campaign.fuzz_loop import FuzzConfig, Fuzzer
+    from nnsmith_cov.campaign.run_dir import RunDir
+    from nnsmith_cov.campaign.testcase import CaseSettings
+    from nnsmith_cov.campaign.worker_handle import WorkerHandle
+    from nnsmith_cov.gen.generator import GenConfig
+    from nnsmith_cov.ops import select_ops
+
+    def f32(op):
+        sigs = [s for s in op.sigs if all(d is DType.float32 for d in (*s[0], *s[1]))]
+        return type(op.__name__, (op,), {"sigs": sigs})
+
+    ops = [f32(op) for op in select_ops(["Add", "Mul", "Sub", "Relu", "Tanh", "Abs", "Neg", "Sigmoid"])]
+    backend = "fake_coverage:SigmoidPays"
+    settings = CaseSettings([backend], search={"method": "sampling", "max_iters": 8}, localize=False)
+    cfg = FuzzConfig(GenConfig(nodes=3, ops=ops), settings, seed=1, max_tests=tests, feedback=feedback)
+    run = RunDir(tmp_path / ("on" if feedback else "off"))
+    worker = WorkerHandle([backend], run.worker_log(0), collector="fake_coverage:OpCollector")
+    fuzzer = Fuzzer(cfg, run, worker, lambda ev: None, corpus=True)
+    try:
+        fuzzer.start()
+        while not fuzzer.done():
+            fuzzer.step()
+        return fuzzer.scheduler.summary(top=8)["op"], fuzzer.stats
+    finally:
+        fuzzer.close()
+        worker.close()
+
+
+def test_feedback_raises_the_weight_of_the_op_that_pays_and_off_stays_uniform(tmp_path):
+    """Only graphs with a Sigmoid reach new (fake) branches: the scheduler must learn it."""
+    on, stats_on = _campaign(tmp_path, True, 150)
+    weights = dict(on)
+    assert max(weights, key=weights.get) == "Sigmoid"
+    assert weights["Sigmoid"] > 2 * (1 / 8)  # well above a uniform share of the 8 ops
+    off, stats_off = _campaign(tmp_path, False, 30)
+    assert {round(w, 6) for _, w in off} == {round(1 / 8, 6)}
+    assert stats_on.cov_tests / stats_on.tests > stats_off.cov_tests / stats_off.tests

@@ -1,0 +1,52 @@
+"""A backend and a collector, for testing feedback, whose coverage depends on one operator.
+
+`SigmoidPays` (backend `fake_coverage:SigmoidPays`) is ONNX Runtime that notes the op
+types of each model it loads; `OpCollector` (collector `fake_coverage:OpCollector`)
+reports, per test, one branch per op type seen and, when a Sigmoid was among them,
+a branch no test reached before. So only tests holding a Sigmoid keep finding new
+coverage, deterministically.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+
+from nnsmith_cov.backends.ort import OrtBackend
+from nnsmith_cov.coverage.covmap import Hits
+from nnsmith_cov.coverage.universe import Universe
+
+SEEN: set[str] = set()
+OP_SLOTS = 256
+SIZE = 1 << 16
+
+
+class SigmoidPays(OrtBackend):
+    name = "sigmoid-pays"
+
+    def load(self, onnx_bytes: bytes) -> Any:
+        SEEN.update(n.op_type for n in onnx.load_from_string(onnx_bytes).graph.node)
+        return super().load(onnx_bytes)
+
+
+class OpCollector:
+    name = "fake-ops"
+
+    def __init__(self, targets: list[str]) -> None:
+        self.fresh = OP_SLOTS  # next never-reached branch
+
+    def universe(self) -> Universe:
+        n = np.arange(SIZE, dtype=np.int32)
+        return Universe("fake-ops", "edge", {"fake": "1"}, ["ops.txt"], np.zeros(SIZE, np.int32), n, n)
+
+    def start(self) -> None:
+        SEEN.clear()
+
+    def stop(self) -> Hits:
+        index = sorted({hash(op) % OP_SLOTS for op in SEEN})
+        if "Sigmoid" in SEEN and self.fresh < SIZE:
+            index.append(self.fresh)
+            self.fresh += 1
+        return Hits.from_arrays(np.array(index, np.uint32), np.ones(len(index), np.uint32))
