@@ -67,6 +67,14 @@ def _duration(text: str) -> float:
     return seconds
 
 
+def _collector(text: str) -> str:
+    from nnsmith_cov.coverage.collector import BUILTIN
+
+    if text == "none" or text in BUILTIN or (text.count(":") == 1 and all(text.split(":"))):
+        return text
+    raise argparse.ArgumentTypeError(f"unknown collector {text!r} (python, llvm, none, or module:Class)")
+
+
 def _backends(text: str) -> list[str]:
     from nnsmith_cov.backends.registry import check_spec
 
@@ -159,7 +167,10 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--support-cache", type=Path, help="op-support cache folder (default ~/.cache/nnsmith-cov)")
     f.add_argument("--no-support", action="store_true", help="do not probe op support; use every operator")
     f.add_argument(
-        "--collector", choices=("none", "python", "llvm"), default="python", help="coverage collector (default python)"
+        "--collector",
+        type=_collector,
+        default="python",
+        help="coverage collector: python, llvm, none, or module:Class (default python)",
     )
     f.add_argument(
         "--cov-targets",
