@@ -170,3 +170,28 @@ def test_a_campaign_killed_at_random_points_resumes_without_losing_what_it_commi
         assert ids[: len(seen_ids)] == seen_ids  # nothing committed was lost or rewritten
         seen_next, seen_ids = counters.next_test_id, ids
     assert seen_next > 10 and len(seen_ids) > 3
+
+
+def test_corpus_entries_replay_to_their_stored_bitmaps(tmp_path):
+    """A kept test is its graph and seed: re-running them in a fresh worker reaches the same
+    branches (python collector over the exporter; ORT itself is not measured)."""
+    from nnsmith_cov.campaign.testcase import CaseSettings, run_test
+    from nnsmith_cov.campaign.worker_handle import WorkerHandle
+    from nnsmith_cov.gen.graph_ir import GraphIR
+    from nnsmith_cov.ops import is_op
+
+    folder = tmp_path / "replay"
+    assert main(["fuzz", "-o", str(folder), "--tests", "5", *FLAGS]) == 0
+    config = json.loads((folder / "config.json").read_text())
+    settings = CaseSettings(["ort"], search=config["search"])
+    with CorpusStore.open(folder / "lmdb", readonly=True) as store:
+        entries = [(i, r, store.hits(i)) for i, r in store.entries()]
+    assert len(entries) >= 2
+    worker = WorkerHandle(["ort"], tmp_path / "w.log", collector="python")
+    try:
+        for _, record, stored in entries:
+            again = run_test(worker, GraphIR.from_json(record.graph, known_op=is_op), record.seed, settings)
+            assert again.hits is not None and stored is not None
+            assert np.array_equal(again.hits.index, stored.index)
+    finally:
+        worker.close()
