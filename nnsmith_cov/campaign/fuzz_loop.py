@@ -16,10 +16,12 @@ from typing import Any
 import numpy as np
 
 from nnsmith_cov import __version__
+from nnsmith_cov.abstract.choice import ReplayDivergence
 from nnsmith_cov.campaign.run_dir import RUN_SCHEMA, RunDir
 from nnsmith_cov.campaign.testcase import CaseResult, CaseSettings, run_test
 from nnsmith_cov.campaign.worker_handle import WorkerFault, WorkerHandle, WorkerStartError
 from nnsmith_cov.corpus.records import CorpusError, TestEntry, TestRecord, TimelineRow
+from nnsmith_cov.corpus.seeds import Seed, SeedPool
 from nnsmith_cov.corpus.store import CorpusStore
 from nnsmith_cov.coverage.collector import PASS_FILTERS
 from nnsmith_cov.coverage.covmap import Novelty, VirginMap
@@ -116,6 +118,9 @@ class RunStats:
         }
 
 
+GROW_LIMIT = 4  # a grown graph stays within this many times the configured size
+
+
 def test_seed(run_seed: int, k: int) -> int:
     """The seed of test k: a hash, so neighbouring runs share no test cases."""
     digest = hashlib.sha256(f"nnsmith-cov:{run_seed}:{k}".encode()).digest()
@@ -152,6 +157,7 @@ class Fuzzer:
         self.scheduler: Scheduler | None = None
         self._next_point = 0.0  # campaign time of the next timeline point
         self.workers = [worker]
+        self.seeds: SeedPool | None = None  # corpus entries to grow (with a collector)
         # Held for everything shared (map, scheduler, store, stats, run folder) so that one
         # thread per worker can drive tests; generation and the workers' runs happen outside.
         self.lock = threading.RLock()
@@ -173,6 +179,8 @@ class Fuzzer:
                 filters = list(PASS_FILTERS.get(self.universe.collector, ()))
             self.pass_mask = self.universe.file_mask(filters)
         config = self.cfg.to_json() | {"versions": self.versions, "coverage": coverage}
+        if self.covmap is not None:
+            self.seeds = SeedPool(self.covmap.size)
         if resume:
             self._resume()
         else:
@@ -200,6 +208,11 @@ class Fuzzer:
             virgin = self.store.virgin()
             assert virgin is not None
             self.covmap = virgin
+        if self.seeds is not None:
+            for i, record in self.store.entries():
+                hits = self.store.hits(i)
+                if hits is not None:
+                    self.seeds.add(_seed_of(i, record.gen, record.draws), hits)
         state = self.store.scheduler_state()
         self.scheduler = Scheduler.from_state(state) if state is not None else self._new_scheduler()
         try:  # this process's predecessor's counters (rewritten every few seconds: may lag)
@@ -242,18 +255,24 @@ class Fuzzer:
                 return None
             k = self.stats.tests
             self.stats.tests += 1
-            # Growing stored graphs is not built yet: a "seeded" proposal runs fresh and is
-            # observed as what it was.
-            proposal = dataclasses.replace(self.scheduler.propose(), seeded=False)
+            proposal = self.scheduler.propose()
+            parent = None
+            if proposal.seeded and self.seeds:
+                parent = self.seeds.pick(np.random.default_rng([self.cfg.seed, k]))
         seed = test_seed(self.cfg.seed, k)
-        try:
-            gen = generate(Scheduler.apply(proposal, self.cfg.gen), seed)
-        except GenerationError:
-            with self.lock:
-                self.stats.gen_failed += 1
-                self.scheduler.observe(proposal, GenRecord(seed), None)
-                self._commit(k, None)
-            return None
+        gen = None
+        if parent is not None:
+            gen = self._grow(parent, proposal, seed)
+        if gen is None:
+            parent, proposal = None, dataclasses.replace(proposal, seeded=False)
+            try:
+                gen = generate(Scheduler.apply(proposal, self.cfg.gen), seed)
+            except GenerationError:
+                with self.lock:
+                    self.stats.gen_failed += 1
+                    self.scheduler.observe(proposal, GenRecord(seed), None)
+                    self._commit(k, None)
+                return None
         try:
             result = run_test(worker, gen.graph, seed, self.cfg.settings)
         except WorkerFault as e:
@@ -262,10 +281,23 @@ class Fuzzer:
                 self.on_event(("fault", str(e).splitlines()[0], None))
             return None
         with self.lock:
-            self._finish(k, proposal, gen, result)
+            self._finish(k, proposal, gen, result, parent)
         return result
 
-    def _finish(self, k: int, proposal: Proposal, gen: Generated, result: CaseResult) -> None:
+    def _grow(self, parent: Seed, proposal: Proposal, seed: int) -> Generated | None:
+        """The parent's graph rebuilt from its insertion draws, with more operators; None
+        when it cannot be (the op set changed since, or the solver found no room)."""
+        more = max(1, proposal.nodes // 2)
+        if parent.n_ops + more > GROW_LIMIT * self.cfg.gen.nodes:
+            return None
+        cfg = dataclasses.replace(Scheduler.apply(proposal, self.cfg.gen), nodes=parent.n_ops + more)
+        try:
+            gen = generate(cfg, seed, prefix=parent.prefix)
+        except (GenerationError, ReplayDivergence):
+            return None
+        return gen if len(gen.record.ops) > parent.n_ops else None
+
+    def _finish(self, k: int, proposal: Proposal, gen: Generated, result: CaseResult, parent: Seed | None) -> None:
         st = self.stats
         assert self.scheduler is not None
         st.restarts = sum(w.deaths for w in self.workers)
@@ -273,6 +305,8 @@ class Fuzzer:
         for stage, ms in result.ms.items():
             st.stage_ms[stage].append(ms)
         novelty = self.account_coverage(result)
+        # A grown graph's reward goes to every op it holds, inherited or new: coverage comes
+        # from what runs, and the lift estimate already discounts bystanders.
         self.scheduler.observe(proposal, gen.record, novelty)
         headers = []
         if result.status == "no-values":
@@ -284,7 +318,10 @@ class Fuzzer:
             st.executed += result.prepared is not None and result.prepared.onnx is not None
             headers = [self.file(finding, k, gen, result) for finding in result.findings]
         keep = (novelty is not None and novelty.interesting) or headers
-        self._commit(k, _entry(gen, result, novelty, headers, st.elapsed()) if keep else None)
+        entry = _entry(gen, result, novelty, headers, st.elapsed(), parent) if keep else None
+        if entry is not None and entry.hits is not None and self.seeds is not None:
+            self.seeds.add(_seed_of(k, gen.record.to_json(), gen.record.draws), entry.hits)
+        self._commit(k, entry)
 
     def run_workers(self, more: list[WorkerHandle], on_step: Callable[[], None], stop: threading.Event) -> None:
         """Test in parallel on `self.worker` and `more` (started, same collector and universe),
@@ -380,8 +417,18 @@ class Fuzzer:
         self.run.write_json("stats.json", stats)
 
 
+def _seed_of(test_id: int, gen: dict[str, Any], draws: list) -> Seed:
+    cut = int(gen.get("insert_draws") or 0)
+    return Seed(test_id, [(label, value) for label, value in draws[:cut]], len(gen.get("ops") or ()))
+
+
 def _entry(
-    gen: Generated, result: CaseResult, novelty: Novelty | None, findings: list[dict[str, Any]], elapsed_s: float
+    gen: Generated,
+    result: CaseResult,
+    novelty: Novelty | None,
+    findings: list[dict[str, Any]],
+    elapsed_s: float,
+    parent: Seed | None = None,
 ) -> TestEntry:
     """What the corpus keeps of a test: with its hits when it brought new coverage."""
     p = result.prepared
@@ -394,6 +441,7 @@ def _entry(
         timings={k: round(v, 3) for k, v in result.ms.items()},
         elapsed_s=elapsed_s,
         novelty=novelty,
+        parent=parent.test_id if parent is not None else None,
     )
     blobs: dict[str, bytes] = {}
     if p is not None:

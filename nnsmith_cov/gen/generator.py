@@ -77,6 +77,9 @@ class GenRecord:
     solve_ms: float = 0.0
     gen_ms: float = 0.0
     draws: list[tuple[str, int | float]] = field(default_factory=list)
+    # Draws made by the insertion loop (the rest are binning and placeholders): replayed
+    # as a prefix with more nodes, they rebuild this graph and grow it further.
+    insert_draws: int = 0
 
     def to_json(self) -> dict:
         return {
@@ -89,6 +92,7 @@ class GenRecord:
             "solver_checks": self.solver_checks,
             "solve_ms": round(self.solve_ms, 3),
             "gen_ms": round(self.gen_ms, 3),
+            "insert_draws": self.insert_draws,
         }
 
 
@@ -375,6 +379,7 @@ def _generate(cfg: GenConfig, seed: int, prefix: Sequence[tuple[str, int | float
                 record.directions.append("forward" if forward else "backward")
             else:
                 record.rejected[cls.name()] = record.rejected.get(cls.name(), 0) + 1
+        record.insert_draws = len(draw.record)
         if not b.nodes:
             raise GenerationError("no operator could be inserted")
         if cfg.binning and solver.remaining_ms() > 0:
