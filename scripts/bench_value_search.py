@@ -7,12 +7,19 @@ Gradient without proxy derivatives, Gradient with proxy derivatives, all from
 the same initial values. Each model is searched once per method with the
 largest budget; success at a smaller budget B means success within B ms.
 
+Some generated models have no NaN/Inf-free values at all (Log of a
+LogSoftmax, a divisor out of Tril, ...); the range analysis of
+`search.feasibility` proves that for part of them, which bounds what any
+method can reach. The script prints those counts by op combination and draws
+the bound in the figure.
+
     python scripts/bench_value_search.py [--models 512] [--png docs/value_search.png]
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import statistics
 from pathlib import Path
 
@@ -23,6 +30,7 @@ from nnsmith_cov.gen.generator import GenConfig, GenerationError, generate
 from nnsmith_cov.gen.graph_ir import GraphIR
 from nnsmith_cov.materialize.torch_module import GraphModule, input_tensors
 from nnsmith_cov.ops import ALL_OPS, op_by_name
+from nnsmith_cov.search.feasibility import prove_infeasible
 from nnsmith_cov.search.gradient import search_values
 
 METHODS = {  # label -> (method, proxy)
@@ -78,8 +86,10 @@ def main() -> None:
         search_values(g, seed, "gradient", budget_ms=BUDGETS[-1], init=INIT)
 
     results: dict[tuple[int, str], list[tuple[bool, float]]] = {}
+    proofs: dict[int, list[str]] = {}
     for nodes in args.sizes:
         graphs = vulnerable_graphs(nodes, args.models, args.seed)
+        proofs[nodes] = [r for r in (prove_infeasible(g) for _, g in graphs) if r is not None]
         if nodes == 20:
             bad = sum(invalid_under_default_init(g, s) for s, g in graphs)
             print(
@@ -100,6 +110,19 @@ def main() -> None:
         mean = statistics.mean(found) if found else float("nan")
         print(f"{nodes:>5}  {label:<24}" + "".join(f"{r:>7.1f}" for r in rates) + f"   {mean:.2f}")
 
+    print("\nmodels proven to have no NaN/Inf-free values (range analysis), by op and origin:")
+    ceilings = {}
+    for nodes in args.sizes:
+        strict = [r for r in proofs[nodes] if not r.startswith("Pow ")]
+        ceilings[nodes] = 100 * (1 - len(strict) / args.models)
+        kinds = collections.Counter(r.split(":")[0] for r in proofs[nodes])
+        print(
+            f"{nodes:>5}  {len(strict)} with none at all, {len(proofs[nodes]) - len(strict)} with a negative Pow base "
+            f"(valid only for whole-number exponents, outside the search's Pow domain); "
+            f"success at most {ceilings[nodes]:.1f}%"
+        )
+        print("       " + ", ".join(f"{k} {n}" for k, n in kinds.most_common()))
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -114,6 +137,7 @@ def main() -> None:
                 xs.append(statistics.mean(min(t, b) for _, t in rows))
                 ys.append(100 * sum(ok and t <= b for ok, t in rows) / len(rows))
             ax.plot(xs, ys, marker="o", label=label)
+        ax.axhline(ceilings[nodes], color="grey", linestyle="--", linewidth=1, label="proven bound")
         ax.set_title(f"{nodes} nodes")
         ax.set_xlabel("mean search time (ms)")
         ax.grid(alpha=0.3)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 import torch
@@ -15,8 +17,11 @@ from nnsmith_cov.abstract.op import Attrs, OpSpec
 from nnsmith_cov.abstract.tensor import TensorType
 from nnsmith_cov.gen.generator import GenConfig, generate
 from nnsmith_cov.gen.graph_ir import GraphIR, Inst
+from nnsmith_cov.materialize.torch_module import GraphModule, input_tensors
 from nnsmith_cov.ops import ALL_OPS, op_by_name
-from nnsmith_cov.search.gradient import search_values
+from nnsmith_cov.search.feasibility import analyze, prove_infeasible
+from nnsmith_cov.search.gradient import MaskedAdam, search_values
+from nnsmith_cov.search.relaxed import Runner
 
 floats = arrays(np.float64, st.integers(1, 6), elements=st.floats(-1e6, 1e6, allow_nan=False))
 
@@ -154,3 +159,265 @@ def test_unknown_method_rejected():
     g = _graph([("Relu", (0,))], 1)
     with pytest.raises(ValueError, match="unknown search method"):
         search_values(g, 0, "annealing")
+
+
+# -- integers, booleans and the proxy rules of the runner ----------------------------------
+
+
+def _net(leaves, body, weights=()) -> GraphIR:
+    """A graph from leaf types and (op, attrs, inputs, output type) rows; the last value is the output."""
+    types = [TensorType(s, d) for s, d in leaves] + [TensorType(s, d) for *_, (s, d) in body]
+    n = len(leaves)
+    insts = [Inst(op, attrs, ins, (n + k,)) for k, (op, attrs, ins, _) in enumerate(body)]
+    g = GraphIR(types, [v for v in range(n) if v not in weights], list(weights), insts, [len(types) - 1])
+    g.check()
+    return g
+
+
+F32, BOOL = DType.float32, DType.bool
+INIT = (1.0, 9.0)  # the benchmark's initial values
+
+
+def test_bool_cast_log_is_repaired_through_proxy_derivatives_only():
+    # Log(Cast(b)) needs every one of 256 booleans True: no redraw gets there.
+    g = _net([((256,), BOOL)], [("CastF32", {}, (0,), ((256,), F32)), ("Log", {}, (1,), ((256,), F32))])
+    with_proxy = search_values(g, 3, "gradient", budget_ms=60_000, init=INIT, max_iters=60)
+    assert with_proxy.ok and with_proxy.values[0].all()
+    assert np.isfinite(with_proxy.oracle[2]).all()
+    without = search_values(g, 3, "gradient", budget_ms=60_000, init=INIT, max_iters=60, proxy=False)
+    assert not without.ok and without.failed_op == "Log"
+
+
+def test_integer_zeros_before_a_reciprocal_are_moved():
+    g = _net([((64,), DType.int8)], [("CastF32", {}, (0,), ((64,), F32)), ("Reciprocal", {}, (1,), ((64,), F32))])
+    r = search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=60)
+    start = search_values(g, 0, "none", init=INIT)
+    assert not start.ok and (start.values[0] == 0).any()  # the draw holds zeros
+    assert r.ok and (r.values[0] != 0).all() and r.values[0].dtype == np.int8
+
+
+def _leaf_grads(g: GraphIR, values: dict, proxy: bool, loss_of) -> dict[int, torch.Tensor]:
+    """Gradients of loss_of(env) w.r.t. the float leaves, running g with the search's runner."""
+    runner = Runner(g, values, proxy=proxy)
+    env = {v: torch.tensor(a, requires_grad=a.dtype.kind == "f") for v, a in values.items()}
+    leaves = dict(env)
+    shadows: dict = {}
+    for k in range(len(g.insts)):
+        runner.run_inst(k, env, shadows)
+    loss = loss_of(env)
+    if loss.requires_grad:  # without any path to a leaf, every gradient is zero
+        loss.backward()
+    return {v: (t.grad if t.grad is not None else torch.zeros_like(t)) for v, t in leaves.items() if t.requires_grad}
+
+
+def test_comparison_into_where_gets_a_proxy_derivative():
+    # Log(Where(x > y, p, -|q|)): where the condition is False nothing but the
+    # condition can make Log's input positive, and Greater has no true derivative.
+    n = (16,)
+    body = [
+        ("Greater", {}, (0, 1), (n, BOOL)),
+        ("Abs", {}, (3,), (n, F32)),
+        ("Neg", {}, (5,), (n, F32)),
+        ("Where", {}, (4, 2, 6), (n, F32)),
+        ("Log", {}, (7,), (n, F32)),
+    ]
+    g = _net([(n, F32)] * 4, body)
+    rng = np.random.default_rng(0)
+    values = {v: rng.uniform(1, 9, n).astype(np.float32) for v in range(4)}
+
+    def loss(env):
+        return num.lt0(-env[7])  # Log's domain: its input > 0
+
+    true = _leaf_grads(g, values, False, loss)
+    assert not true[0].any() and not true[1].any()
+    proxied = _leaf_grads(g, values, True, loss)
+    off = values[0] <= values[1]  # where the condition is False
+    assert off.any()
+    assert (proxied[0].numpy()[off] < 0).all() and (proxied[1].numpy()[off] > 0).all()  # raise x, lower y
+    r = search_values(g, 1, "gradient", budget_ms=60_000, init=INIT, max_iters=80)
+    assert r.ok and (r.values[0] > r.values[1]).all()
+    assert not search_values(g, 1, "gradient", budget_ms=60_000, init=INIT, max_iters=80, proxy=False).ok
+
+
+def test_argmax_path_gets_a_proxy_derivative():
+    # Log(Cast(ArgMax(x, axis 1))) needs the maximum of every row away from column 0.
+    g = _net(
+        [((8, 5), F32)],
+        [
+            ("ArgMax", {"axis": 1, "keepdim": False}, (0,), ((8,), DType.int64)),
+            ("CastF32", {}, (1,), ((8,), F32)),
+            ("Log", {}, (2,), ((8,), F32)),
+        ],
+    )
+    x = np.full((8, 5), 1.0, dtype=np.float32)
+    x[:, 0] = 5.0  # every row's maximum sits in column 0: Log(0)
+    grads = _leaf_grads(g, {0: x}, True, lambda env: num.lt0(-env[2]))
+    assert (grads[0][:, 0] > 0).all()  # lower column 0 ...
+    assert (grads[0][:, 1:] < 0).all()  # ... and raise the others
+    assert not _leaf_grads(g, {0: x}, False, lambda env: env[2].sum())[0].any()
+    r = search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=60)
+    assert r.ok and (r.values[0].argmax(1) > 0).all()
+
+
+@pytest.mark.parametrize(
+    "fn, x",
+    [
+        (lambda t: num.softmax(t, 0), [0.0, -800.0]),  # the second entry underflows to 0
+        (num.rising(torch.exp), [-800.0, -900.0]),
+        (num.rising(torch.sigmoid), [-800.0, -900.0]),
+        (num.rising(torch.nn.functional.gelu), [-2.0, -3.0]),  # Gelu's dip: true slope < 0
+    ],
+)
+def test_saturation_proxies_point_up_where_the_true_slope_does_not(fn, x):
+    t = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    out = fn(t)
+    assert torch.equal(out.detach(), fn(torch.tensor(x, dtype=torch.float64)))  # same values
+    out[1].backward()
+    assert t.grad[1] > 0
+
+
+def test_reduce_max_proxy_reaches_every_element():
+    g = _net([((4, 6), F32)], [("ReduceMax", {"axes": [1], "keepdim": False}, (0,), ((4,), F32))])
+    x = np.arange(24, dtype=np.float32).reshape(4, 6)
+    true = _leaf_grads(g, {0: x}, False, lambda env: env[1].sum())[0]
+    proxied = _leaf_grads(g, {0: x}, True, lambda env: env[1].sum())[0]
+    assert int((true != 0).sum()) == 4 and (proxied > 0).all()
+
+
+def test_search_with_integer_leaves_is_reproducible():
+    for seed in range(40):
+        g = generate(GenConfig(nodes=10, ops=ALL_OPS), seed).graph
+        if any(not g.types[v].dtype.is_float for v in (*g.inputs, *g.weights)):
+            break
+    a = search_values(g, seed, max_iters=40, budget_ms=60_000, init=INIT)
+    b = search_values(g, seed, max_iters=40, budget_ms=60_000, init=INIT)
+    assert a.ok == b.ok and all(a.values[v].tobytes() == b.values[v].tobytes() for v in a.values)
+
+
+# -- the optimizer and the domains it follows ------------------------------------------------
+
+
+def test_masked_adam_leaves_elements_without_gradient_where_they_are():
+    p = torch.tensor([3.0, 3.0, 3.0], dtype=torch.float64)
+    opt = MaskedAdam([p], lr=0.5)
+    opt.step([torch.tensor([1.0, 1.0, 1.0], dtype=torch.float64)])
+    assert torch.allclose(p, torch.full_like(p, 1.5))  # a first step: lr * |p| along -sign(g)
+    after_first = p.clone()
+    opt.step([torch.tensor([1.0, 0.0, -1.0], dtype=torch.float64)])
+    # element 1 has momentum but no gradient now: it stays where it is
+    assert p[1] == after_first[1] and p[0] < after_first[0]
+
+
+@settings(max_examples=80, deadline=None)
+@given(x=arrays(np.float16, st.integers(1, 24), elements=st.floats(-300, 300, width=16)))
+def test_reduce_prod_domain_bounds_every_partial_product(x):
+    # float16 products accumulate in float16: the domain must hold for any order.
+    t = torch.from_numpy(x)
+    if float(op_by_name("ReduceProd").domain(Attrs(), t)[0]) <= 0:
+        assert torch.isfinite(torch.prod(t, dtype=torch.float16))
+
+
+def test_integer_to_float16_cast_has_an_overflow_loss():
+    cast = op_by_name("CastF16")
+    assert float(cast.domain(Attrs(), torch.tensor([70000], dtype=torch.int32))[0]) > 0
+    assert float(cast.domain(Attrs(), torch.tensor([-60000, 9], dtype=torch.int32))[0]) == 0
+    assert op_by_name("CastI32").domain(Attrs(), torch.tensor([7], dtype=torch.int64)) == []
+
+
+def test_divisor_losses_have_a_gradient_at_zero():
+    for name, args in (("Reciprocal", 1), ("Div", 2)):
+        xs = [torch.zeros(3, requires_grad=True) for _ in range(args)]
+        loss = op_by_name(name).domain(Attrs(), *xs)[0]
+        loss.backward()
+        assert float(loss.detach()) > 0 and xs[-1].grad.abs().min() > 0, name
+
+
+# -- proving that no valid values exist -----------------------------------------------------
+
+
+V4 = ((4,), F32)
+PROVEN = {
+    "LogSoftmax": [("LogSoftmax", {"dim": 0}, (0,), V4), ("Log", {}, (1,), V4)],
+    "LogSoftmax ": [("LogSoftmax", {"dim": 0}, (0,), V4), ("Sqrt", {}, (1,), V4)],
+    "Softmax": [("Softmax", {"dim": 0}, (0,), V4), ("Round", {}, (1,), V4), ("Log2", {}, (2,), V4)],
+    "Clip": [("Clip", {"lo": -1.0, "hi": 0.0}, (0,), V4), ("Log", {}, (1,), V4)],
+    "Greater(x, x)": [("Greater", {}, (0, 0), ((4,), BOOL)), ("CastF32", {}, (1,), V4), ("Log", {}, (2,), V4)],
+    "PadConstant": [("PadConstant", {"k": 1, "l0": 1, "r0": -1, "value": 2}, (0,), V4), ("Asin", {}, (1,), V4)],
+}
+
+
+@pytest.mark.parametrize("origin", list(PROVEN))
+def test_graphs_without_valid_values_are_proven(origin):
+    g = _net([V4], PROVEN[origin])
+    reason = prove_infeasible(g)
+    assert reason is not None and origin.strip() in reason
+    assert not search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=40).ok
+
+
+def test_triangle_zeros_before_a_divisor_are_proven():
+    m = ((3, 3), F32)
+    g = _net([m], [("Tril", {"diagonal": 0}, (0,), m), ("Reciprocal", {}, (1,), m)])
+    assert "Tril" in prove_infeasible(g)
+    g = _net([m], [("Tril", {"diagonal": 2}, (0,), m), ("Reciprocal", {}, (1,), m)])  # keeps everything
+    assert prove_infeasible(g) is None
+
+
+def test_feasible_lookalikes_are_not_proven():
+    one = ((1,), F32)
+    for body in (
+        [("LogSoftmax", {"dim": 0}, (0,), one), ("Sqrt", {}, (1,), one)],  # over one entry: exactly 0
+        [("Softmax", {"dim": 0}, (0,), ((4,), F32)), ("Log", {}, (1,), ((4,), F32))],
+        [("Tril", {"diagonal": 0}, (0,), ((3, 1), F32)), ("Reciprocal", {}, (1,), ((3, 1), F32))],  # no zeros
+    ):
+        g = _net([(body[0][3][0], F32)], body)
+        assert prove_infeasible(g) is None
+        assert search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=80).ok
+
+
+@functools.cache
+def _generated() -> list[tuple[int, GraphIR]]:
+    return [(seed, generate(GenConfig(nodes=12, ops=ALL_OPS), seed).graph) for seed in range(24)]
+
+
+def test_range_analysis_holds_on_every_valid_execution():
+    # Soundness: values found valid satisfy every fact the analysis states about them.
+    checked = 0
+    for seed, g in _generated():
+        r = search_values(g, seed, max_iters=40, budget_ms=60_000)
+        reason, ranges = analyze(g)
+        if not r.ok:
+            continue
+        assert reason is None, (seed, reason)
+        module = GraphModule(g, op_by_name, r.values)
+        with torch.no_grad():
+            env = module.run(*input_tensors(g, r.values))
+        for v, rng in ranges.items():
+            a = env[v].double().flatten()
+            if a.numel() == 0:
+                continue
+            tol = 1e-3 * (1 + a.abs().max())
+            assert rng.lo - tol <= a.min() and a.max() <= rng.hi + tol, (seed, v, rng)
+            assert all((a - c).abs().min() <= tol for c in rng.forced), (seed, v, rng)
+            assert a.min() <= rng.below + tol and a.max() >= rng.above - tol, (seed, v, rng)
+        checked += 1
+    assert checked >= 16
+
+
+def test_oracle_equals_the_plain_module_outputs():
+    # The oracle comes from the search's last pass (proxies, shadows): it must be
+    # what the plain module computes from the values returned, bit for bit.
+    found = 0
+    for seed, g in _generated():
+        for proxy in (True, False):
+            r = search_values(g, seed, max_iters=40, budget_ms=60_000, proxy=proxy, init=INIT)
+            if not r.ok:
+                continue
+            found += 1
+            module = GraphModule(g, op_by_name, r.values)
+            with torch.no_grad():
+                env = module.run(*input_tensors(g, r.values))
+            assert all(not t.is_floating_point() or torch.isfinite(t).all() for t in env.values())
+            for v in g.outputs:
+                assert r.oracle[v].dtype == env[v].numpy().dtype
+                assert r.oracle[v].tobytes() == env[v].numpy().tobytes(), (seed, v)
+    assert found >= 24

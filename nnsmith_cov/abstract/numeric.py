@@ -8,10 +8,14 @@ computed in float64 so the comparison itself cannot overflow.
 Proxy derivatives stand in for gradients that are zero (ReLU's negative side,
 Floor, Round, ...) so the value search can still move the values upstream of
 them: a small slope `ALPHA` with the sign of the function's overall trend.
+`attach` is the straight-through form the search uses where a value is not a
+float at all (casts, comparisons, arg-reductions): the value stays exact and
+the gradient goes to a float surrogate.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -21,14 +25,30 @@ EPS = 1e-10  # Table 2's epsilon for strict inequalities
 ALPHA = 0.1  # proxy slope where the true derivative is zero
 
 
+_margin = 0.0  # see `margin`
+
+
 def le0(f: torch.Tensor) -> torch.Tensor:
     """Loss of f(X) <= 0: sum of max(f(x), 0)."""
-    return torch.clamp(f.double(), min=0).sum()
+    return torch.clamp(f.double() + _margin, min=0).sum()
 
 
 def lt0(f: torch.Tensor) -> torch.Tensor:
     """Loss of f(X) < 0: sum of max(f(x) + eps, 0)."""
-    return torch.clamp(f.double() + EPS, min=0).sum()
+    return torch.clamp(f.double() + (EPS + _margin), min=0).sum()
+
+
+@contextlib.contextmanager
+def margin(m: float):
+    """Within this block, losses ask for f(X) <= -m: positive also for elements that
+    satisfy the predicate by less than m. The value search uses it to keep an op it
+    has already repaired away from its boundary while it repairs another."""
+    global _margin
+    saved, _margin = _margin, m
+    try:
+        yield
+    finally:
+        _margin = saved
 
 
 def log_max(dtype: torch.dtype) -> float:
@@ -41,10 +61,20 @@ def tiny(dtype: torch.dtype) -> float:
     return 2.0 / torch.finfo(dtype).max if dtype.is_floating_point else 0.0
 
 
+def magnitude(x: torch.Tensor) -> torch.Tensor:
+    """|x| in float64, whose derivative at 0 is +1 instead of autograd's 0.
+
+    Losses that want a magnitude away from 0 (divisors, reciprocals) would
+    otherwise have no gradient exactly where they are violated: at zeros,
+    which integer and boolean values cast to floats, ReLU and padding produce.
+    """
+    x = x.double()
+    return _Proxy.apply(x, torch.abs, lambda t: torch.where(t >= 0, 1.0, -1.0).double()) if x.requires_grad else x.abs()
+
+
 def log_ratio(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """log|x| - log|y| in float64, finite for zeros."""
-    x, y = x.double().abs(), y.double().abs()
-    return torch.log(x + EPS) - torch.log(y + EPS)
+    return torch.log(x.double().abs() + EPS) - torch.log(magnitude(y) + EPS)
 
 
 def abs_max(dtype: torch.dtype) -> float:
@@ -90,10 +120,78 @@ ceil = proxy(torch.ceil)
 round = proxy(torch.round)  # noqa: A001 - the op's name
 sign = proxy(torch.sign)
 hardsigmoid = proxy(F.hardsigmoid, lambda x: torch.where(x.abs() < 3, 1 / 6, ALPHA))
-hardswish = proxy(F.hardswish, lambda x: torch.where(x < -3, ALPHA, torch.where(x > 3, 1.0, (2 * x + 3) / 6)))
+hardswish = proxy(F.hardswish, lambda x: torch.where(x > 3, 1.0, ((2 * x + 3) / 6).clamp(min=ALPHA)))
+
+
+class _Rising(torch.autograd.Function):
+    """y = fn(x) for an increasing (or increasing-in-trend) elementwise fn; where its true
+    derivative is not positive (underflowed to 0 in saturation, or negative on a dip
+    such as Gelu's below -0.75), the derivative is ALPHA."""
+
+    @staticmethod
+    def forward(ctx, x, fn):  # type: ignore[override]
+        ctx.save_for_backward(x)
+        ctx.fn = fn
+        return fn(x)
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        (x,) = ctx.saved_tensors
+        with torch.enable_grad():
+            t = x.detach().requires_grad_(True)
+            (d,) = torch.autograd.grad(ctx.fn(t).sum(), t)
+        return grad * torch.where(d > 0, d, torch.full_like(d, ALPHA)), None
+
+
+def rising(fn):
+    """`fn` with derivative ALPHA wherever its true derivative is zero or negative."""
+
+    def apply(x: torch.Tensor) -> torch.Tensor:
+        return _Rising.apply(x, fn) if x.requires_grad else fn(x)
+
+    return apply
+
+
+def softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """Softmax whose entries that underflowed to exactly 0 (true gradient 0) get ALPHA
+    times the gradient of log-softmax: up for themselves, down for the dominant ones."""
+    out = F.softmax(x, dim)
+    if not x.requires_grad:
+        return out
+    dead = (out == 0).detach()
+    if not bool(dead.any()):
+        return out
+    surrogate = ALPHA * torch.where(dead, F.log_softmax(x.double(), dim), 0)
+    return attach(out, surrogate)
 
 
 def clamp(x: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
     """clamp with slope ALPHA outside [lo, hi]."""
     f = proxy(lambda t: torch.clamp(t, lo, hi), lambda t: torch.where((t >= lo) & (t <= hi), 1.0, ALPHA))
     return f(x)
+
+
+class _Attach(torch.autograd.Function):
+    """Forward: `x` unchanged (as float64 when `x` is not a float). Backward: the
+    incoming gradient goes both to `x` (when a float) and to the surrogate."""
+
+    @staticmethod
+    def forward(ctx, x, surrogate):  # type: ignore[override]
+        ctx.x_dtype = x.dtype if x.is_floating_point() else None
+        ctx.s_dtype = surrogate.dtype
+        return x.clone() if x.is_floating_point() else x.double()
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        to_x = grad.to(ctx.x_dtype) if ctx.x_dtype is not None else None
+        return to_x, grad.to(ctx.s_dtype)
+
+
+def attach(x: torch.Tensor, surrogate: torch.Tensor) -> torch.Tensor:
+    """`x`'s values with the gradient of `surrogate` (a straight-through estimator).
+
+    `surrogate` is broadcast to `x`'s shape; a non-float `x` comes back as
+    float64 holding the same numbers, so integer and boolean values can carry
+    gradients through the ops that follow.
+    """
+    return _Attach.apply(x, surrogate.expand(x.shape))

@@ -135,7 +135,7 @@ class Sqrt(UnaryFloat):
 class Reciprocal(UnaryFloat):
     vulnerable = True
     torch_fn = torch.reciprocal
-    domain = staticmethod(lambda a, x: [num.lt0(num.tiny(x.dtype) - x.abs())])
+    domain = staticmethod(lambda a, x: [num.lt0(num.tiny(x.dtype) - num.magnitude(x))])
 
 
 class Abs(Elementwise):
@@ -185,9 +185,10 @@ class _Cast(Elementwise):
 
     @classmethod
     def domain(cls, a: Attrs, x: torch.Tensor) -> list[torch.Tensor]:
-        if not x.is_floating_point() or cls.target is DType.bool:
+        # Integers overflow float16 too (int32 70000 -> Inf); integer to integer wraps, never NaN.
+        if cls.target is DType.bool or not (x.is_floating_point() or cls.target.is_float):
             return []
-        return [num.le0(x.abs() - num.abs_max(cls.target.torch))]
+        return [num.le0(x.double().abs() - num.abs_max(cls.target.torch))]
 
 
 def _cast(target: DType) -> type[_Cast]:
@@ -223,7 +224,7 @@ class Div(Broadcast):
     @staticmethod
     def domain(a: Attrs, x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
         # |y| away from 0, and log|x| - log|y| small enough for the quotient to fit.
-        return [num.lt0(num.tiny(y.dtype) - y.abs()), num.le0(num.log_ratio(x, y) - num.log_max(x.dtype))]
+        return [num.lt0(num.tiny(y.dtype) - num.magnitude(y)), num.le0(num.log_ratio(x, y) - num.log_max(x.dtype))]
 
 
 class Pow(Broadcast):

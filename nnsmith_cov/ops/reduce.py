@@ -60,10 +60,12 @@ class ReduceProd(Reduce):
 
     @staticmethod
     def domain(a: Attrs, x: torch.Tensor) -> list[torch.Tensor]:
-        # log|product| = sum of log|x| must fit the dtype (integers wrap, never Inf)
+        # Every partial product must fit the dtype, whatever order torch multiplies in
+        # (float16 products accumulate in float16): the factors larger than 1 in
+        # magnitude, together, must fit. Integers wrap, never Inf.
         if not x.is_floating_point():
             return []
-        return [num.le0(torch.log(x.double().abs() + num.EPS).sum() - num.log_max(x.dtype))]
+        return [num.le0(torch.log(x.double().abs() + num.EPS).clamp(min=0).sum() - num.log_max(x.dtype))]
 
 
 class ArgMax(ArgReduce):

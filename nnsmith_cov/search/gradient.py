@@ -5,6 +5,21 @@ Three methods share one entry point so the ablation compares like with like:
 proxy derivatives), `sampling` (fresh random values until valid) and `none`
 (one draw, checked). Every method starts from the same seeded initial values.
 The result carries PyTorch's outputs: the oracle later stages compare with.
+
+What the gradient method optimizes: one float *master* per leaf (float16
+leaves through float32 masters, as Adam's steps underflow in half precision).
+With proxy derivatives, integer and boolean leaves that can reach a float
+value get float64 masters too (an integer is its master rounded, a bool is
+master > 0.5) and receive gradients through the straight-through shadows of
+`search.relaxed`; without proxy derivatives, integers and booleans get no
+gradient and are only ever redrawn (on restarts, and in targeted redraws of
+the leaves that feed an op the gradient cannot move).
+
+How a step is taken (`MaskedAdam`, `search_values`): Adam's direction, scaled
+by each value's magnitude (at least 1), moving only elements whose gradient
+is non-zero now; a step is undone and retried shorter when it made its target
+worse or broke an op before it, and an op it broke keeps a margin from its
+domain boundary while the target is repaired.
 """
 
 from __future__ import annotations
@@ -17,14 +32,17 @@ import numpy as np
 import torch
 
 from nnsmith_cov.abstract import numeric as num
+from nnsmith_cov.abstract.dtype import DType
 from nnsmith_cov.gen.graph_ir import GraphIR
-from nnsmith_cov.materialize.torch_module import GraphModule, input_tensors, to_tensor
-from nnsmith_cov.ops import op_by_name
+from nnsmith_cov.search.relaxed import Runner, Shadows
 from nnsmith_cov.search.sampling import sample_tensor
 
 METHODS = ("gradient", "sampling", "none")
 DEFAULT_INIT = (-1.0, 1.0)  # where the gradient search starts
 SAMPLING_INIT = (1.0, 9.0)  # the paper's sampling baseline
+GUARD_MARGIN = 0.1  # how far inside its domain a guard op is kept
+MAX_REDRAWS = 4  # targeted redraws of integer/bool leaves before a full restart
+BOOL_MASTER = (0.25, 0.75)  # masters of False and True: one step of lr 0.5 flips them
 
 
 @dataclass
@@ -49,66 +67,198 @@ class SearchResult:
         }
 
 
-def overflow_guard(ins: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Losses for ops with no domain of their own whose result overflowed (float16 sums and
-    products, say): each float input's magnitude at most sqrt(max) of its dtype, which keeps
-    products and sums of two such values finite."""
-    return [num.le0(x.abs() - math.sqrt(torch.finfo(x.dtype).max)) for x in ins if x.is_floating_point()]
+def overflow_guard(ins: list[torch.Tensor], cap: float | None = None) -> tuple[list[torch.Tensor], float]:
+    """Losses for an op whose result overflowed although no domain loss of its own is
+    positive (float16 sums and products, convolutions, ...): each float input's
+    magnitude at most sqrt(max) of its dtype, which keeps products and sums of two
+    such values finite, and at most `cap`. Sums of many products overflow below any
+    fixed bound, so the search passes half the largest input magnitude as the cap and
+    keeps it while the loss goes down (one objective per target), halving it again
+    when it is met and the op still overflows. Returns the losses and the cap used."""
+    floats = [x for x in ins if x.is_floating_point() and x.numel()]
+    if not floats:
+        return [], math.inf
+    if cap is None:
+        cap = max(float(x.detach().abs().max()) for x in floats) / 2
+    losses = [num.le0(x.abs() - min(math.sqrt(torch.finfo(x.dtype).max), cap)) for x in floats]
+    return losses, cap
 
 
 def _finite(t: torch.Tensor) -> bool:
-    return not t.is_floating_point() or bool(torch.isfinite(t).all())
+    """No NaN/Inf in `t`: max |x| is finite (amax propagates NaN; one reduction, far
+    cheaper than isfinite(t).all() per op)."""
+    return not t.is_floating_point() or t.numel() == 0 or math.isfinite(float(t.detach().abs().amax()))
+
+
+def _tame(g: torch.Tensor) -> torch.Tensor:
+    """A gradient Adam can digest: NaN -> 0, magnitudes capped so g * g stays finite
+    (Sqrt at 0 has an infinite derivative)."""
+    cap = math.sqrt(torch.finfo(g.dtype).max) / 16
+    return torch.nan_to_num(g, nan=0.0, posinf=cap, neginf=-cap).clamp(-cap, cap)
+
+
+class MaskedAdam:
+    """Adam whose step moves only the elements with a non-zero gradient in this step,
+    each by lr times its magnitude (at least 1) along Adam's direction.
+
+    The domain losses are hinges: an element that has just crossed into its
+    valid region has zero gradient, and plain Adam would carry it on by its
+    momentum (about 9 more steps' worth), often out of the region on the other
+    side. Here it stays where it landed. Steps relative to the magnitude (as
+    Adafactor's) bring a value from 9 to below 1 in four steps instead of
+    sixteen; values near 0 still move by lr.
+    """
+
+    def __init__(self, params: list[torch.Tensor], lr: float, betas=(0.9, 0.999), eps: float = 1e-8) -> None:
+        self.params, self.lr, self.betas, self.eps = params, lr, betas, eps
+        self.m = [torch.zeros_like(p) for p in params]
+        self.v = [torch.zeros_like(p) for p in params]
+        self.t = 0
+
+    @torch.no_grad()
+    def step(self, grads: list[torch.Tensor | None]) -> None:
+        self.t += 1
+        b1, b2 = self.betas
+        c1, c2 = 1 - b1**self.t, 1 - b2**self.t
+        for p, m, v, g in zip(self.params, self.m, self.v, grads):
+            if g is None:
+                continue
+            m.mul_(b1).add_(g, alpha=1 - b1)
+            v.mul_(b2).addcmul_(g, g, value=1 - b2)
+            scale = p.detach().abs().clamp(min=1)
+            update = self.lr * scale * (m / c1) / ((v / c2).sqrt() + self.eps)
+            p.sub_(torch.where(g != 0, update, 0))
+
+
+@dataclass
+class _Step:
+    """A step taken on `target`, kept until the next evaluation accepts or undoes it."""
+
+    target: int
+    which: int  # the index of its first positive loss (len(domain) for the overflow guard)
+    loss: float
+    masters: dict[int, torch.Tensor]
+    grads: list[torch.Tensor | None]
 
 
 class _Search:
-    """Mutable state of one search: leaves, the module, the rng."""
+    """Mutable state of one search: masters of the leaves, the runner, the rng."""
 
     def __init__(self, graph: GraphIR, seed: int, init: tuple[float, float], proxy: bool) -> None:
         self.graph = graph
         self.rng = np.random.default_rng(seed)
         self.init = init
+        self.proxy = proxy
         self.restarts = 0
-        start = {v: sample_tensor(self.rng, graph.types[v], *init) for v in (*graph.inputs, *graph.weights)}
-        self.module = GraphModule(graph, op_by_name, start, proxy=proxy)
-        # float16 values are optimized through float32 masters: Adam's steps
-        # and epsilon underflow in half precision.
-        self.leaves = {v: to_tensor(a) for v, a in start.items()}
-        for v, t in self.leaves.items():
-            if t.dtype == torch.float16:
-                self.leaves[v] = t = t.float()
-            t.requires_grad_(t.is_floating_point())
+        self.leaves = (*graph.inputs, *graph.weights)
+        start = {v: sample_tensor(self.rng, graph.types[v], *init) for v in self.leaves}
+        self.runner = Runner(graph, start, proxy=proxy)
+        self.masters: dict[int, torch.Tensor] = {}
+        for v, a in start.items():
+            self.masters[v] = self._master(v, a)
+        # Leaves each instruction depends on (its cone), for targeted resampling.
+        cone: dict[int, frozenset[int]] = {v: frozenset([v]) for v in self.leaves}
+        self.cones: list[frozenset[int]] = []
+        for inst in graph.insts:
+            c = frozenset().union(*(cone[v] for v in inst.inputs))
+            self.cones.append(c)
+            for v in inst.outputs:
+                cone[v] = c
 
-    def float_leaves(self) -> list[torch.Tensor]:
-        return [t for t in self.leaves.values() if t.is_floating_point()]
+    def _dtype(self, v: int) -> DType:
+        return self.graph.types[v].dtype
 
-    def env(self) -> dict[int, torch.Tensor]:
-        """Leaf values in their GraphIR dtypes (masters cast back)."""
-        return {v: t.to(self.graph.types[v].dtype.torch) for v, t in self.leaves.items()}
+    def _master(self, v: int, a: np.ndarray) -> torch.Tensor:
+        dt = self._dtype(v)
+        t = torch.from_numpy(np.array(a))
+        if dt.is_float:
+            t = t.float() if dt is DType.float16 else t.clone()
+            return t.requires_grad_(True)
+        if dt is DType.bool:
+            t = torch.where(t, BOOL_MASTER[1], BOOL_MASTER[0]).double()
+        else:
+            t = t.double()
+        return t.requires_grad_(self.proxy and v in self.runner.useful)
+
+    def discrete(self, v: int) -> bool:
+        return not self._dtype(v).is_float
+
+    def trainable(self) -> list[torch.Tensor]:
+        return [m for m in self.masters.values() if m.requires_grad]
+
+    def _real(self, v: int, m: torch.Tensor) -> torch.Tensor:
+        """Leaf v's value in its GraphIR dtype, from its master (differentiable for floats)."""
+        dt = self._dtype(v)
+        if dt.is_float:
+            return m.to(dt.torch)
+        if dt is DType.bool:
+            return m.detach() > 0.5
+        info = torch.iinfo(dt.torch)
+        return torch.floor(m.detach() + 0.5).clamp(info.min, info.max).to(dt.torch)
+
+    def env(self) -> tuple[dict[int, torch.Tensor], Shadows]:
+        """Leaf values, and for optimized integer and boolean leaves their shadows."""
+        env, shadows = {}, {}
+        for v, m in self.masters.items():
+            env[v] = self._real(v, m)
+            if self.discrete(v) and m.requires_grad and torch.is_grad_enabled():
+                shadows[v] = num.attach(env[v], m)
+        return env, shadows
 
     def numpy_values(self) -> dict[int, np.ndarray]:
-        return {v: t.detach().numpy().copy() for v, t in self.env().items()}
+        with torch.no_grad():
+            return {v: self._real(v, m).detach().numpy().copy() for v, m in self.masters.items()}
 
-    def resample(self, only_bad: bool = False) -> None:
-        """A restart: new random values for every leaf (integers and bools too,
-        which are sampled, never optimized), every other one drawn narrow; with
-        `only_bad`, replace just the non-finite elements of float leaves."""
+    def _draw(self, v: int, narrow: bool) -> torch.Tensor:
+        fresh = self._master(v, sample_tensor(self.rng, self.graph.types[v], *self.init, narrow=narrow))
+        return fresh.detach()
+
+    def resample(self, leaves=None, only_bad: bool = False) -> None:
+        """A restart: new random values for `leaves` (all by default), every other
+        restart drawing integers and bools narrow; with `only_bad`, replace just
+        the non-finite elements of float masters."""
         self.restarts += not only_bad
         narrow = not only_bad and self.restarts % 2 == 0
         with torch.no_grad():
-            for v, t in self.leaves.items():
-                if only_bad and not t.is_floating_point():
+            for v, m in self.masters.items():
+                if leaves is not None and v not in leaves:
                     continue
-                fresh = sample_tensor(self.rng, self.graph.types[v], *self.init, narrow=narrow)
-                fresh = torch.from_numpy(fresh).to(t.dtype)
-                t.copy_(torch.where(torch.isfinite(t), t, fresh) if only_bad else fresh)
+                if only_bad and not self._dtype(v).is_float:
+                    continue
+                fresh = self._draw(v, narrow)
+                m.copy_(torch.where(torch.isfinite(m), m, fresh) if only_bad else fresh)
 
-    def first_invalid(self) -> tuple[int | None, dict[int, torch.Tensor]]:
+    def save(self) -> dict[int, torch.Tensor]:
+        return {v: m.detach().clone() for v, m in self.masters.items()}
+
+    def load(self, saved: dict[int, torch.Tensor]) -> None:
+        with torch.no_grad():
+            for v, m in self.masters.items():
+                m.copy_(saved[v])
+
+    def clamp_masters(self) -> None:
+        """Keep masters where their leaves stay finite: float16 masters within float16's
+        range, integer masters within their dtype, bool masters near [0, 1]."""
+        with torch.no_grad():
+            for v, m in self.masters.items():
+                dt = self._dtype(v)
+                if dt is DType.float16:
+                    m.clamp_(-torch.finfo(torch.float16).max, torch.finfo(torch.float16).max)
+                elif dt.is_float or not m.requires_grad:
+                    continue
+                elif dt is DType.bool:
+                    m.clamp_(-0.25, 1.25)
+                else:
+                    info = torch.iinfo(dt.torch)
+                    m.clamp_(max(info.min, -(2.0**52)), min(info.max, 2.0**52))
+
+    def first_invalid(self) -> tuple[int | None, dict[int, torch.Tensor], Shadows]:
         """Run in topological order; stop at the first op with a NaN/Inf output."""
-        env = self.env()
+        env, shadows = self.env()
         for k in range(len(self.graph.insts)):
-            if not all(_finite(o) for o in self.module.run_inst(k, env)):
-                return k, env
-        return None, env
+            if not all(_finite(o) for o in self.runner.run_inst(k, env, shadows)):
+                return k, env, shadows
+        return None, env, shadows
 
 
 def search_values(
@@ -125,11 +275,27 @@ def search_values(
 ) -> SearchResult:
     """Find NaN/Inf-free values for `graph` within `budget_ms` (and `max_iters`, if set).
 
+    Each iteration runs the graph up to the first op with a NaN/Inf output.
+    The gradient method then judges its previous step: a step is kept when
+    its target's loss went down or the target became valid, and undone and
+    retried at half the learning rate when the loss went up or an op before
+    the target broke (a full-size step overshoots products of many moving
+    values, and fixing a later op must not break an earlier one). An op a
+    step broke becomes a guard: until the target changes, its domain losses
+    with a margin of GUARD_MARGIN join the target's loss. The learning rate
+    (Adam's, reset on every new target) grows back by half on each kept step,
+    up to `lr`. An op with a NaN/Inf output that no domain loss explains (an
+    overflow) follows `overflow_guard`.
+
     Beyond Algorithm 3's restarts on a zero gradient, the gradient method also
-    restarts when one target's loss has not improved for `patience` steps or
-    after `max_steps` steps on it: losses such as Sqrt(1 / x) for negative x
-    slope towards the pole, never across it, so following them longer does
-    not help.
+    restarts when one target's loss has not improved for `patience` steps,
+    after `max_steps` steps on it, or when its learning rate has been halved
+    below lr / 1024: losses such as Sqrt(1 / x) for negative x slope towards
+    the pole, never across it, so following them longer does not help. Where
+    the failing op's loss cannot be moved by gradient (no loss explains the
+    NaN/Inf, or its gradient is zero) but integer or boolean leaves feed it,
+    only those leaves are redrawn (a few times before a full restart),
+    keeping the float values found so far.
     """
     if method not in METHODS:
         raise ValueError(f"unknown search method {method!r} (choose from {', '.join(METHODS)})")
@@ -140,57 +306,126 @@ def search_values(
     deadline = t0 + budget_ms / 1000
     iters = 0
     target: int | None = None
+    pending: _Step | None = None  # the last step, not yet judged
+    redraws = 0  # targeted redraws since the last full restart
+    opt = MaskedAdam(s.trainable(), lr)
+    steps, best, stall = 0, math.inf, 0
+    guards: set[int] = set()  # ops before the target that a step on it broke
+    cap = math.inf  # the overflow guard's cap for the current target
+
+    def give_up(bad: int) -> None:
+        """Nothing more to follow on `bad`: redraw what feeds it, or everything."""
+        nonlocal target, pending, redraws
+        discrete = {v for v in s.cones[bad] if s.discrete(v)}
+        if discrete and redraws < MAX_REDRAWS:
+            redraws += 1
+            s.resample(discrete)
+        else:
+            redraws = 0
+            s.resample()
+        target, pending = None, None
+
     while True:
         iters += 1
         with torch.set_grad_enabled(method == "gradient"):
-            bad, env = s.first_invalid()
+            bad, env, shadows = s.first_invalid()
         if bad is None:
-            return _result(s, True, iters, t0, None)
+            return _result(s, True, iters, t0, None, env)
         out_of_time = time.perf_counter() >= deadline or (max_iters is not None and iters >= max_iters)
         if method == "none" or out_of_time:
             return _result(s, False, iters, t0, graph.insts[bad].op)
         if method == "sampling":
             s.resample()
             continue
-        ins = [env[v] for v in graph.insts[bad].inputs]
-        losses = s.module.spec(bad).domain(s.module.attrs(bad), *ins) + overflow_guard(ins)
-        loss = next((x for x in losses if bool(x > 0)), None)
+        ins = s.runner.differentiable_inputs(bad, env, shadows)
+        losses = s.runner.spec(bad).domain(s.runner.attrs(bad), *ins)
+        which = next((i for i, x in enumerate(losses) if bool(x > 0)), len(losses))
+        loss = losses[which] if which < len(losses) else None
+        if loss is None:  # nothing in the op's domain explains it: an overflow
+            guard, cap = overflow_guard(ins, cap if bad == target else None)
+            loss = sum(guard) if guard and bool(sum(guard) > 0) else None
+            if loss is None and bad == target:  # the cap is met: halve it (a new objective)
+                guard, cap = overflow_guard(ins)
+                loss = sum(guard) if guard and bool(sum(guard) > 0) else None
+                if pending is not None and bad == pending.target:
+                    pending.loss = math.inf
+        if loss is not None and bad == target and guards:
+            loss = loss + _guard_loss(s, guards, env, shadows)
+        value = math.inf if loss is None else float(loss.detach())
+        if pending is not None:
+            broke = bad < pending.target
+            # Worse: an earlier loss of the target violated again, or the same one grown.
+            worse = bad == pending.target and (which, -value) < (pending.which, -pending.loss)
+            if broke and bad in guards:
+                # A guard broke all the same: fall back to Algorithm 3, which repairs the
+                # op that broke (and the target after it, in turn).
+                pending = None
+            elif broke or worse:
+                # Undo the step. An op it broke guards the target from now on; otherwise
+                # take the step again, half as long and without Adam's momentum: a first
+                # Adam step goes along sign(gradient), which a short enough step descends.
+                s.load(pending.masters)
+                opt = MaskedAdam(s.trainable(), opt.lr / 2)
+                if opt.lr < lr / 1024:
+                    give_up(pending.target)
+                    continue
+                if broke and s.runner.spec(bad).vulnerable:
+                    guards.add(bad)
+                    pending = None
+                    continue
+                opt.step(pending.grads)
+                s.clamp_masters()
+                continue
+            else:
+                opt.lr = min(lr, opt.lr * 1.5)
+                pending = None
         if loss is None or not loss.requires_grad:
-            # No loss explains the NaN/Inf, or no float value upstream can move: start over.
-            s.resample()
-            target = None
+            give_up(bad)  # no loss explains the NaN/Inf, or no value upstream can move
             continue
-        if target != bad:  # a new target resets Adam's learning rate
-            target, opt, steps, best, stall = bad, torch.optim.Adam(s.float_leaves(), lr=lr), 0, math.inf, 0
-        value = float(loss.detach())
+        if target != bad:  # a new target resets Adam, its learning rate and the guards
+            target, opt, steps, best, stall = bad, MaskedAdam(s.trainable(), lr), 0, math.inf, 0
+            guards = set()
         steps += 1
         stall = 0 if value < best * (1 - 1e-3) else stall + 1
         best = min(best, value)
         if stall > patience or steps > max_steps:
+            redraws = 0
             s.resample()
             target = None
             continue
-        opt.zero_grad()
+        params = s.trainable()
+        for p in params:
+            p.grad = None
         loss.backward()
-        grads = [t.grad for t in s.float_leaves() if t.grad is not None]
-        if not grads or all(not bool(g.any()) for g in grads):
-            s.resample()  # zero gradient: nothing to follow
-            target = None
+        grads = [None if p.grad is None else _tame(p.grad) for p in params]
+        if not any(g is not None and bool(g.any()) for g in grads):
+            give_up(bad)  # zero gradient: nothing to follow
             continue
-        opt.step()
-        if not all(_finite(t) for t in s.float_leaves()):
+        pending = _Step(bad, which, value, s.save(), grads)
+        opt.step(grads)
+        s.clamp_masters()
+        if not all(_finite(m) for m in s.masters.values()):
             s.resample(only_bad=True)
 
 
-def _result(s: _Search, ok: bool, iters: int, t0: float, failed: str | None) -> SearchResult:
+def _guard_loss(s: _Search, guards: set[int], env, shadows) -> torch.Tensor:
+    """The domain losses of the guard ops, with a margin: positive near their boundary."""
+    total = torch.zeros((), dtype=torch.float64)
+    with num.margin(GUARD_MARGIN):
+        for j in sorted(guards):
+            ins = s.runner.differentiable_inputs(j, env, shadows)
+            for x in s.runner.spec(j).domain(s.runner.attrs(j), *ins):
+                total = total + x
+    return total
+
+
+def _result(
+    s: _Search, ok: bool, iters: int, t0: float, failed: str | None, env: dict[int, torch.Tensor] | None = None
+) -> SearchResult:
     values = s.numpy_values()
     oracle: dict[int, np.ndarray] = {}
-    if ok:
-        # The oracle comes from the plain module (true, not proxy, functions).
-        module = GraphModule(s.graph, op_by_name, values)
-        with torch.no_grad():
-            env = module.run(*input_tensors(s.graph, values))
-        if not all(_finite(t) for t in env.values()):
-            raise AssertionError("values valid under proxy execution but not under the plain module")
-        oracle = {v: env[v].numpy().copy() for v in s.graph.outputs}
+    if ok and env is not None:
+        # The pass that found every op valid computed the outputs: proxies change
+        # gradients only, so these are the plain functions' values (tested).
+        oracle = {v: env[v].detach().numpy().copy() for v in s.graph.outputs}
     return SearchResult(ok, values, oracle, iters, s.restarts, (time.perf_counter() - t0) * 1000, failed)
