@@ -160,6 +160,35 @@ def test_only_the_choices_made_are_credited():
     assert dict(zip(s.sizes, g["nodes"]["hit_in"]))[5] == 1.0 and g["seeded"]["hit_in"] == [0.0, 1.0]
 
 
+def test_sizes_are_judged_per_unit_of_time_not_per_test():
+    """Bigger graphs are likelier to be interesting per test but slower still: timed, the
+    scheduler prefers the small ones; untimed, it would prefer the big ones."""
+
+    def campaign(timed: bool) -> dict[int, int]:
+        s, rng = Scheduler(NAMES, 10, seed=5), np.random.default_rng(5)
+        picks = {n: 0 for n in s.sizes}
+        for t in range(1500):
+            p = s.propose()
+            scale = p.nodes / 10
+            novelty = NEW if rng.random() < 0.1 * scale else NOTHING
+            s.observe(p, record(["Relu"]), novelty, scale**2 if timed else None)
+            if t >= 1000:
+                picks[p.nodes] += 1
+        return picks
+
+    timed, untimed = campaign(True), campaign(False)
+    assert max(timed, key=timed.get) == min(timed) and timed[min(timed)] > 2 * timed[max(timed)]
+    assert max(untimed, key=untimed.get) == max(untimed)
+    s = Scheduler(NAMES, 10, seed=5)
+    s.observe(s.propose(), record(), NOTHING, 2.0)
+    assert s.cost(None) == 1.0 and s.cost(4.0) == 2.0 and s.cost(100.0) == 4.0 and s.cost(0.0) == 0.25
+    # Fast tests that all add coverage: more hits than (cost-weighted) trials, still a valid prior.
+    for _ in range(200):
+        s.observe(s.propose(), record(["Relu"]), NEW, 0.01)
+    a0, b0 = s.prior()
+    assert a0 > 0 and b0 > 0 and s.propose().nodes in s.sizes
+
+
 def test_a_failed_generation_charges_only_size_and_origin():
     s = Scheduler(NAMES, 10, seed=11)
     p = s.propose()

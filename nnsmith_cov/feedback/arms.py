@@ -80,12 +80,19 @@ class ArmGroup:
     def decay(self, discount: float) -> None:
         self.counts *= discount
 
-    def update(self, exposure: np.ndarray, reward: float) -> None:
-        """Add one test: `exposure` per arm in [0, 1], `reward` in [0, 1]."""
+    def update(self, exposure: np.ndarray, reward: float, cost: float = 1.0) -> None:
+        """Add one test: `exposure` per arm in [0, 1], `reward` in [0, 1], `cost` in average tests.
+
+        A test that took twice the average time counts as two trials (one hit at
+        most): the rates are per unit of campaign time, so an arm that makes tests
+        interesting by making them slow (bigger graphs, costly ops) is not paid for
+        the time it takes from the others.
+        """
         e = np.asarray(exposure, dtype=float)
         if e.shape != (len(self),):
             raise ValueError(f"{self.name}: exposure of shape {e.shape}, expected ({len(self)},)")
-        self.counts += np.stack([e * reward, e * (1.0 - reward), (1.0 - e) * reward, (1.0 - e) * (1.0 - reward)])
+        miss = max(cost - reward, 0.0)
+        self.counts += np.stack([e * reward, e * miss, (1.0 - e) * reward, (1.0 - e) * miss])
 
     # -- decisions ------------------------------------------------------------------
     def share(self, rng: np.random.Generator, prior: Prior, cap: float, floor: float) -> np.ndarray:

@@ -22,7 +22,7 @@ from nnsmith_cov.gen.generator import GenConfig, GenRecord
 #    "config": {"op_names": ["Add", "Conv2d", "Relu"], "nodes": 10, "bins_k": 2, "seed": 7,
 #               "feedback": true, "params": {"discount": 0.997, "prior_tests": 4.0,
 #               "lift_cap": 32.0, "floor": 0.2, "size_factors": [0.5, 1.0, 1.5, 2.0]}},
-#    "steps": 120, "rate": {"hits": 3.7, "tests": 101.4},
+#    "steps": 120, "rate": {"hits": 3.7, "tests": 101.4, "seconds": 180.2, "timed": 99.0},
 #    "groups": {"op": {"hit_in": [...], "miss_in": [...], "hit_out": [...], "miss_out": [...]},
 #               "direction": {...}, "bin.size": {...}, "bin.pad": {...}, "bin.signed": {...},
 #               "nodes": {...}, "seeded": {...}},
@@ -34,6 +34,8 @@ BIN_KINDS = (AttrKind.SIZE, AttrKind.PAD, AttrKind.SIGNED)
 DIRECTIONS = ("forward", "backward")
 ORIGINS = ("fresh", "seeded")
 _SUMMARY_SAMPLES = 256
+MAX_PRIOR_RATE = 0.9
+COST_CAP = 4.0  # a test counts as at most this many average tests (and at least its inverse)
 
 
 @dataclass(frozen=True)
@@ -176,6 +178,13 @@ class Scheduler:
     differences are deliberately not amplified toward the best arm: variety
     that the reward cannot see is part of what a fuzzer is for.
 
+    Rates are per unit of campaign time, not per test: a test is charged as
+    many trials as it took average tests' time (`cost`, capped at COST_CAP), so
+    a choice that looks interesting per test because it makes tests slow (the
+    largest graphs, compile-heavy ops) must pay for the tests it displaces, as
+    AFL favours fast inputs. Timings make a campaign's proposals depend on the
+    machine; the tests themselves still replay exactly from their records.
+
     Parameters (`BanditParams`) and why:
 
     - discount 0.997 per test (memory ~333 tests, half-life ~231): coverage
@@ -240,13 +249,16 @@ class Scheduler:
         self.steps = 0  # tests observed
         # discounted reward and test count of the whole campaign: the prior's rate
         self._hits = 0.0
-        self._tests = 0.0
+        self._tests = 0.0  # in cost units (see `cost`)
+        self._seconds = 0.0  # discounted time and count of timed tests: the average test
+        self._timed = 0.0
         self._rng = np.random.Generator(np.random.PCG64(seed))
 
     # -- deciding -------------------------------------------------------------------------
     def prior(self) -> Prior:
         """Beta pseudo-counts at the campaign's current interesting rate (0.5 before any test)."""
-        rate = (self._hits + 0.5) / (self._tests + 1.0)
+        # Per unit of time the rate can pass 1 (fast tests that all add coverage): cap it.
+        rate = min((self._hits + 0.5) / (self._tests + 1.0), MAX_PRIOR_RATE)
         return self.params.prior_tests * rate, self.params.prior_tests * (1.0 - rate)
 
     def propose(self) -> Proposal:
@@ -285,19 +297,26 @@ class Scheduler:
         )
 
     # -- learning -------------------------------------------------------------------------
-    def observe(self, proposal: Proposal, record: GenRecord, novelty: Novelty | None) -> float:
+    def observe(
+        self, proposal: Proposal, record: GenRecord, novelty: Novelty | None, seconds: float | None = None
+    ) -> float:
         """Credit one finished test to the choices it was made of; returns the reward used.
 
         A test whose generation failed is observed with an empty `GenRecord`:
-        only its size and origin are charged.
+        only its size and origin are charged. `seconds`, the test's time, makes
+        it cost `cost(seconds)` trials instead of one.
         """
         reward = reward_of(novelty)
         if not self.feedback:
             return reward
         d = self.params.discount
+        cost = self.cost(seconds)
+        if seconds is not None:
+            self._seconds = self._seconds * d + seconds
+            self._timed = self._timed * d + 1.0
         self.steps += 1
         self._hits = self._hits * d + reward
-        self._tests = self._tests * d + 1.0
+        self._tests = self._tests * d + cost
         for group in self.groups.values():
             group.decay(d)
         exposures = {
@@ -312,8 +331,14 @@ class Scheduler:
             exposures[name] = _shares(self.groups[name], kept)
         for name, exposure in exposures.items():
             if exposure is not None:
-                self.groups[name].update(exposure, reward)
+                self.groups[name].update(exposure, reward, cost)
         return reward
+
+    def cost(self, seconds: float | None) -> float:
+        """A test's time in (discounted) average tests, within [1/COST_CAP, COST_CAP]; 1 untimed."""
+        if seconds is None or self._timed < 1.0 or self._seconds <= 0.0:
+            return 1.0
+        return float(np.clip(seconds / (self._seconds / self._timed), 1.0 / COST_CAP, COST_CAP))
 
     # -- persistence and display ----------------------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -329,7 +354,7 @@ class Scheduler:
                 "params": self.params.to_json(),
             },
             "steps": self.steps,
-            "rate": {"hits": self._hits, "tests": self._tests},
+            "rate": {"hits": self._hits, "tests": self._tests, "seconds": self._seconds, "timed": self._timed},
             "groups": {name: g.to_json() for name, g in self.groups.items()},
             "rng": _rng_to_json(self._rng),
         }
@@ -355,7 +380,7 @@ class Scheduler:
         steps, rate, groups = state["steps"], state["rate"], state["groups"]
         if not isinstance(steps, int) or steps < 0:
             raise ValueError("scheduler state: steps must be a non-negative integer")
-        if not isinstance(rate, dict) or set(rate) != {"hits", "tests"}:
+        if not isinstance(rate, dict) or set(rate) not in ({"hits", "tests"}, {"hits", "tests", "seconds", "timed"}):
             raise ValueError("scheduler state: bad rate")
         if not all(_is_number(rate[k]) and math.isfinite(rate[k]) and rate[k] >= 0 for k in rate):
             raise ValueError("scheduler state: rate counts must be finite and non-negative")
@@ -364,6 +389,7 @@ class Scheduler:
         for name, g in s.groups.items():
             g.load_json(groups[name])
         s.steps, s._hits, s._tests = steps, float(rate["hits"]), float(rate["tests"])
+        s._seconds, s._timed = float(rate.get("seconds", 0.0)), float(rate.get("timed", 0.0))
         _rng_from_json(s._rng, state["rng"])
         return s
 
