@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 FUZZ_ARGS ?= --backends ort,tvm --collector python --time 5m --seed 1 -o corpus/fuzz-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: install test lint format fuzz bench clean native-tools instrumented
+.PHONY: install test lint format fuzz experiment bench clean native-tools instrumented
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,10 +27,15 @@ format: $(STAMP)
 	$(PY) -m ruff format nnsmith_cov tests scripts
 	$(PY) -m ruff check --fix nnsmith_cov tests scripts
 
-# The main job. Until the coverage-guided campaign lands: the unguided loop
-# (generate, search, export, ORT + TVM, oracle) for five minutes into out/.
+# The main job: a five-minute coverage-guided campaign (ORT + TVM, python coverage,
+# feedback on) into an LMDB corpus under corpus/.
 fuzz: $(STAMP)
 	$(VENV)/bin/nnsmith-cov fuzz $(FUZZ_ARGS)
+
+# The generator x feedback comparison, then `report` over it (EXPERIMENT_ARGS="--time 4h").
+EXPERIMENT_ARGS ?= --time 5m --out out/experiment
+experiment: $(STAMP)
+	$(PY) scripts/experiment.py $(EXPERIMENT_ARGS)
 
 bench: $(STAMP)
 	$(PY) scripts/bench_generate.py

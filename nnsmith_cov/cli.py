@@ -15,6 +15,8 @@ from nnsmith_cov import __version__
 from nnsmith_cov.gen.generator import GenConfig, GenerationError, generate
 from nnsmith_cov.materialize.onnx_export import ExportError
 from nnsmith_cov.ops import ALL_OPS, select_ops
+from nnsmith_cov.replay import command as replay
+from nnsmith_cov.report import command as report
 from nnsmith_cov.search.gradient import METHODS
 
 
@@ -72,7 +74,7 @@ def _collector(text: str) -> str:
 
     if text == "none" or text in BUILTIN or (text.count(":") == 1 and all(text.split(":"))):
         return text
-    raise argparse.ArgumentTypeError(f"unknown collector {text!r} (python, llvm, none, or module:Class)")
+    raise argparse.ArgumentTypeError(f"unknown collector {text!r} (python, llvm, binary, none, or module:Class)")
 
 
 def _backends(text: str) -> list[str]:
@@ -102,6 +104,16 @@ def _gen_config(args: argparse.Namespace) -> GenConfig:
         raise CliError(str(e)) from None
     return GenConfig(
         nodes=args.nodes, ops=ops, binning=not args.no_binning, max_elems=args.max_elems, timeout_ms=args.timeout_ms
+    )
+
+
+def _binary_module(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--binary-module",
+        dest="cov_targets",
+        type=lambda t: [t],
+        metavar="PATTERN",
+        help="binary collector: the shared object to follow (default onnxruntime_pybind11_state*)",
     )
 
 
@@ -153,6 +165,12 @@ def _parser() -> argparse.ArgumentParser:
         help="coverage feedback steers the generator (default: on with a collector; off = plain NNSmith)",
     )
     f.add_argument("--backends", type=_backends, default=["ort", "tvm"], help="comma list (default ort,tvm)")
+    f.add_argument(
+        "--generator",
+        choices=("nnsmith", "graphfuzzer", "lemon"),
+        default="nnsmith",
+        help="test generator: nnsmith (default) or a baseline in the same harness (graphfuzzer, lemon)",
+    )
     f.add_argument("--time", type=_duration, help="stop after this long (e.g. 10m, 4h)")
     f.add_argument("--tests", type=_positive, help="stop after this many test cases")
     f.add_argument("--seed", type=_seed, default=0, help="run seed; test k's seed derives from it (default 0)")
@@ -170,7 +188,7 @@ def _parser() -> argparse.ArgumentParser:
         "--collector",
         type=_collector,
         default="python",
-        help="coverage collector: python, llvm, none, or module:Class (default python)",
+        help="coverage collector: python, llvm, binary, none, or module:Class (default python)",
     )
     f.add_argument(
         "--cov-targets",
@@ -178,10 +196,11 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         help="what the collector measures (default: tvm,torch.onnx for python; all instrumented libraries for llvm)",
     )
+    _binary_module(f)
 
     c = sub.add_parser("coverage", help="run one model under a coverage collector and print JSON")
     c.add_argument("model_dir", type=Path, help="a folder from `generate` (graph.json, record.json) or a bundle")
-    c.add_argument("--collector", choices=("python", "llvm"), default="python", help="(default python)")
+    c.add_argument("--collector", choices=("python", "llvm", "binary"), default="python", help="(default python)")
     c.add_argument(
         "--cov-targets",
         type=lambda t: [s for s in t.split(",") if s],
@@ -189,6 +208,7 @@ def _parser() -> argparse.ArgumentParser:
         help="what to measure, comma list: Python packages (python; default tvm,torch.onnx) "
         "or instrumented shared libraries (llvm; default all loaded)",
     )
+    _binary_module(c)
     c.add_argument("--backends", type=_backends, default=["tvm"], help="comma list (default tvm)")
     c.add_argument("--pass-filter", nargs="+", metavar="PATH", help="pass-only folders/files (default per collector)")
     c.add_argument("--top", type=_positive, default=15, help="files in the top list (default 15)")
@@ -198,6 +218,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--timeout-s", type=_duration, help="per request (default: the bundle's)")
 
     sub.add_parser("ops", help="list the operator specs")
+    report.add_parser(sub)
+    replay.add_parser(sub)
     return parser
 
 
@@ -311,7 +333,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     collector = "" if args.collector == "none" else args.collector
     feedback = (args.feedback or ("on" if collector else "off")) == "on"
     if feedback and not collector:
-        raise CliError("--feedback on needs a coverage collector (--collector python or llvm)")
+        raise CliError("--feedback on needs a coverage collector (--collector python, llvm or binary)")
     cfg = _gen_config(args)
     settings = CaseSettings(
         backends=args.backends,
@@ -346,6 +368,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
             collector=collector,
             cov_targets=args.cov_targets,
             pass_filters=args.pass_filter,
+            generator=args.generator,
         )
         fuzzer = Fuzzer(fuzz_cfg, run, worker, lambda ev: _print_event(console, ev), corpus=True)
         with console.status("measuring the branch universe" if collector else "starting"):
@@ -409,6 +432,7 @@ def _restore_fuzz_args(args: argparse.Namespace) -> None:
         c = json.loads(path.read_text())
         gen, search = c["generator"], c["search"]
         args.ops = gen["ops"]
+        args.generator = gen.get("name", "nnsmith")  # campaigns from before baselines existed
         args.nodes, args.no_binning = gen["nodes"], not gen["binning"]
         args.max_elems, args.timeout_ms = gen["max_elems"], gen["timeout_ms"]
         args.backends, args.seed = c["backends"], c["seed"]
@@ -522,6 +546,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = _parser().parse_args(argv)
         commands = {"generate": cmd_generate, "batch": cmd_batch, "fuzz": cmd_fuzz, "repro": cmd_repro, "ops": cmd_ops}
         commands["coverage"] = cmd_coverage
+        commands["report"] = report.cmd_report
+        commands["replay"] = replay.cmd_replay
         return commands[args.command](args)
     except CliError as e:
         print(f"nnsmith-cov: error: {e}", file=sys.stderr)

@@ -5,7 +5,7 @@ Runs two campaigns side by side, one process each, so that they share the machin
 fairly (one worker each; with 2 cores, one core each): `--feedback on` and
 `--feedback off`, same seed, same time. Then reads both corpora and prints each
 timeline, total, pass-only and unique branches (reached by one campaign only), and
-writes the coverage-over-time figure.
+writes `nnsmith-cov report`'s table and figures into OUT/report.
 
     python scripts/bench_feedback.py [--time 30m] [--seed 1] [--out out/bench-feedback]
 """
@@ -17,9 +17,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
-
-from nnsmith_cov.corpus.store import CorpusStore
+from nnsmith_cov.report.command import ReportOptions, load_campaigns, make_report
+from nnsmith_cov.report.compare import unique_counts
+from nnsmith_cov.report.model import ReportError
 
 
 def run_pair(out: Path, time_spec: str, seed: int, backends: str) -> dict[str, Path]:
@@ -52,51 +52,33 @@ def main() -> None:
     else:
         folders = run_pair(args.out, args.time, args.seed, args.backends)
 
-    covered, timelines, passes = {}, {}, {}
-    for mode, folder in folders.items():
-        with CorpusStore.open(folder / "lmdb", readonly=True) as store:
-            virgin = store.virgin()
-            assert virgin is not None, f"{folder}: no coverage map"
-            covered[mode] = set(virgin.covered().tolist())
-            timelines[mode] = store.timeline()
-            passes[mode] = timelines[mode][-1].pass_branches if timelines[mode] else 0
-    for mode, rows in timelines.items():
-        print(f"\nfeedback {mode}: elapsed_s tests branches pass_only corpus findings")
-        step = max(1, len(rows) // 20)
-        for r in rows[::step] + rows[-1:]:
-            print(
-                f"  {r.elapsed_s:9.0f} {r.tests:6d} {r.branches:8d} {r.pass_branches:9d} {r.corpus:6d} {r.findings:8d}"
-            )
-    on, off = covered["on"], covered["off"]
-    print("\n              total   pass-only   unique")
-    print(f"feedback on  {len(on):7d}   {passes['on']:9d}   {len(on - off):6d}")
-    print(f"feedback off {len(off):7d}   {passes['off']:9d}   {len(off - on):6d}")
-    ratio = len(on) / len(off) if off else float("nan")
-    uniq = len(on - off) / len(off - on) if off - on else float("inf")
+    specs = [f"{folder}=feedback {mode}" for mode, folder in folders.items()]
+    try:
+        campaigns = {c.label.split()[-1]: c for c in load_campaigns(specs, ReportOptions())}
+    except ReportError as e:
+        sys.exit(f"bench_feedback: {e}")
+    for mode, c in campaigns.items():
+        assert c.by_time is not None
+        t = c.by_time
+        print(f"\nfeedback {mode}: elapsed_s branches pass_only (after each new-coverage step)")
+        step = max(1, len(t.x) // 20)
+        for i in [*range(0, len(t.x), step), len(t.x) - 1]:
+            print(f"  {t.x[i]:9.0f} {t.branches[i]:8d} {t.pass_branches[i]:9d}")
+    unique = unique_counts({m: c.covered for m, c in campaigns.items()})
+    on, off = campaigns["on"], campaigns["off"]
+    print("\n              total   pass-only   unique   tests")
+    for mode, c in campaigns.items():
+        print(f"feedback {mode:<3} {len(c.covered):7d}   {len(c.pass_covered):9d}   {unique[mode]:6d}   {c.tests:5d}")
+    ratio = len(on.covered) / len(off.covered) if off.covered else float("nan")
+    uniq = unique["on"] / unique["off"] if unique["off"] else float("inf")
     print(f"ratios: total {ratio:.2f}x, unique {uniq:.2f}x")
-    for mode, rows in timelines.items():
-        last = [r.branches for r in rows if r.elapsed_s >= 0.9 * rows[-1].elapsed_s]
-        print(f"feedback {mode}: +{last[-1] - last[0] if last else 0} branches in the last 10% of the time")
-    plot(timelines, args.out / "feedback_coverage_time.png")
-    print(f"figure: {args.out / 'feedback_coverage_time.png'}")
-
-
-def plot(timelines: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5, 3.2))
-    for mode, rows in timelines.items():
-        t = np.array([r.elapsed_s for r in rows]) / 60
-        ax.plot(t, [r.branches for r in rows], label=f"feedback {mode}")
-    ax.set_xlabel("time (minutes)")
-    ax.set_ylabel("branches covered")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=150)
+    for mode, c in campaigns.items():
+        assert c.by_time is not None
+        late = [b for x, b in zip(c.by_time.x, c.by_time.branches) if x >= 0.9 * c.by_time.x[-1]]
+        print(f"feedback {mode}: +{late[-1] - late[0] if late else 0} branches in the last 10% of the time")
+    # The full report (table, JSON/CSV, coverage over time and tests, Venn) of `nnsmith-cov report`.
+    make_report(specs, args.out / "report", ReportOptions(quiet=True))
+    print(f"report: {args.out / 'report'}; figure: {args.out / 'report' / 'figures' / 'coverage-time.png'}")
 
 
 if __name__ == "__main__":

@@ -66,3 +66,14 @@ class Raises(OrtBackend):
 
     def compile(self, model: Any, opt: Opt) -> Any:
         raise RuntimeError(f"Check failed: buffer of {len(model)} bytes at 0x{id(model):x} is not aligned")
+
+
+class RefusesImport(OrtBackend):
+    """Refuses every model at import, as a compiler refuses an operator it does not know."""
+
+    name = "refuses-import"
+
+    def load(self, onnx_bytes: bytes) -> Any:
+        from nnsmith_cov.backends.base import BackendError, Stage
+
+        raise BackendError(Stage.IMPORT, ValueError("operator set not supported"))

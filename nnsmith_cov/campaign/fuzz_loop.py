@@ -17,8 +17,9 @@ import numpy as np
 
 from nnsmith_cov import __version__
 from nnsmith_cov.abstract.choice import ReplayDivergence
+from nnsmith_cov.baselines import FEEDBACK_ARMS, generate_with
 from nnsmith_cov.campaign.run_dir import RUN_SCHEMA, RunDir
-from nnsmith_cov.campaign.testcase import CaseResult, CaseSettings, run_test
+from nnsmith_cov.campaign.testcase import CaseResult, CaseSettings, Prepared, run_test
 from nnsmith_cov.campaign.worker_handle import WorkerFault, WorkerHandle, WorkerStartError
 from nnsmith_cov.corpus.records import CorpusError, TestEntry, TestRecord, TimelineRow
 from nnsmith_cov.corpus.seeds import Seed, SeedPool
@@ -45,6 +46,7 @@ class FuzzConfig:
     cov_targets: list[str] = field(default_factory=list)
     pass_filters: list[str] | None = None  # None: the collector's defaults (coverage.collector.PASS_FILTERS)
     timeline_s: float = 5.0  # a coverage-over-time point at least this often
+    generator: str = "nnsmith"  # or a baseline: graphfuzzer, lemon (nnsmith_cov.baselines)
 
     def to_json(self) -> dict[str, Any]:
         gen = self.gen
@@ -62,6 +64,9 @@ class FuzzConfig:
                 "max_elems": gen.max_elems,
                 "timeout_ms": gen.timeout_ms,
                 "ops": sorted(o.name() for o in gen.ops),
+                "name": self.generator,
+                # the scheduler's knobs this generator follows (none without feedback)
+                "feedback_arms": list(FEEDBACK_ARMS[self.generator]) if self.feedback else [],
             },
         } | self.settings.to_json()
 
@@ -88,6 +93,7 @@ class RunStats:
     stage_ms: dict[str, list[float]] = field(default_factory=lambda: collections.defaultdict(list))
     resumed_s: float = 0.0  # campaign time before this process took over (resume)
     corpus: int = 0  # tests kept in the corpus for new coverage
+    op_tests: collections.Counter[str] = field(default_factory=collections.Counter)  # generated tests holding each op
 
     def elapsed(self) -> float:
         """Campaign time: this process's run plus what a resumed campaign had before."""
@@ -106,6 +112,7 @@ class RunStats:
             "unique_signatures": len(self.signatures),
             "worker_restarts": self.restarts,
             "corpus": self.corpus,
+            "op_tests": dict(sorted(self.op_tests.items())),
             "coverage": None
             if self.branches is None
             else {
@@ -179,7 +186,7 @@ class Fuzzer:
                 filters = list(PASS_FILTERS.get(self.universe.collector, ()))
             self.pass_mask = self.universe.file_mask(filters)
         config = self.cfg.to_json() | {"versions": self.versions, "coverage": coverage}
-        if self.covmap is not None:
+        if self.covmap is not None and self.cfg.generator == "nnsmith":  # seeds regrow nnsmith's draws only
             self.seeds = SeedPool(self.covmap.size)
         if resume:
             self._resume()
@@ -220,6 +227,7 @@ class Fuzzer:
             st.executed, st.passed, st.no_values = before["executed"], before["passed"], before["no_values"]
             st.gen_failed, st.faults = before["generation_failed"], before["faults"]
             st.cov_tests = (before.get("coverage") or {}).get("interesting_tests", 0)
+            st.op_tests.update({k: v for k, v in (before.get("op_tests") or {}).items() if isinstance(v, int)})
         except (OSError, ValueError, KeyError, TypeError):
             pass
         for _, header in self.store.findings():
@@ -260,13 +268,14 @@ class Fuzzer:
             if proposal.seeded and self.seeds:
                 parent = self.seeds.pick(np.random.default_rng([self.cfg.seed, k]))
         seed = test_seed(self.cfg.seed, k)
+        t0 = time.perf_counter()  # the test's cost, for the scheduler
         gen = None
         if parent is not None:
             gen = self._grow(parent, proposal, seed)
         if gen is None:
             parent, proposal = None, dataclasses.replace(proposal, seeded=False)
             try:
-                gen = generate(Scheduler.apply(proposal, self.cfg.gen), seed)
+                gen = generate_with(self.cfg.generator, Scheduler.apply(proposal, self.cfg.gen), seed)
             except GenerationError:
                 with self.lock:
                     self.stats.gen_failed += 1
@@ -281,7 +290,7 @@ class Fuzzer:
                 self.on_event(("fault", str(e).splitlines()[0], None))
             return None
         with self.lock:
-            self._finish(k, proposal, gen, result, parent)
+            self._finish(k, proposal, gen, result, parent, time.perf_counter() - t0)
         return result
 
     def _grow(self, parent: Seed, proposal: Proposal, seed: int) -> Generated | None:
@@ -297,17 +306,20 @@ class Fuzzer:
             return None
         return gen if len(gen.record.ops) > parent.n_ops else None
 
-    def _finish(self, k: int, proposal: Proposal, gen: Generated, result: CaseResult, parent: Seed | None) -> None:
+    def _finish(
+        self, k: int, proposal: Proposal, gen: Generated, result: CaseResult, parent: Seed | None, seconds: float
+    ) -> None:
         st = self.stats
         assert self.scheduler is not None
         st.restarts = sum(w.deaths for w in self.workers)
         st.stage_ms["generate"].append(gen.record.gen_ms)
+        st.op_tests.update(set(gen.record.ops))
         for stage, ms in result.ms.items():
             st.stage_ms[stage].append(ms)
         novelty = self.account_coverage(result)
         # A grown graph's reward goes to every op it holds, inherited or new: coverage comes
         # from what runs, and the lift estimate already discounts bystanders.
-        self.scheduler.observe(proposal, gen.record, novelty)
+        self.scheduler.observe(proposal, gen.record, novelty, seconds)
         headers = []
         if result.status == "no-values":
             st.no_values += 1
@@ -443,16 +455,21 @@ def _entry(
         novelty=novelty,
         parent=parent.test_id if parent is not None else None,
     )
-    blobs: dict[str, bytes] = {}
-    if p is not None:
-        if p.onnx is not None:
-            blobs["model.onnx"] = p.onnx
-        if p.values:
-            blobs["inputs.npz"] = npz_bytes(p.values)
-        if p.oracle is not None:
-            blobs["oracle.npz"] = npz_bytes(p.oracle)
+    blobs = prepared_blobs(p) if p is not None else {}
     hits = result.hits if novelty is not None and novelty.interesting else None
     return TestEntry(record, hits, blobs, findings)
+
+
+def prepared_blobs(p: Prepared) -> dict[str, bytes]:
+    """What the corpus stores of a prepared test: its model, inputs and oracle, those it has."""
+    blobs: dict[str, bytes] = {}
+    if p.onnx is not None:
+        blobs["model.onnx"] = p.onnx
+    if p.values:
+        blobs["inputs.npz"] = npz_bytes(p.values)
+    if p.oracle is not None:
+        blobs["oracle.npz"] = npz_bytes(p.oracle)
+    return blobs
 
 
 def _str_values(versions: dict[str, Any]) -> dict[str, str]:

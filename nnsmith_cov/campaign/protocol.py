@@ -14,6 +14,9 @@ where a worker that dies or hangs was:
   {"kind": "prepare", "graph": <GraphIR JSON>, "seed": 7, "search": {"method": "gradient", ...}}
       -> {"kind": "prepared", "search": {"ok": true, ...}, "values": {"i0": <array>, "w1": ...},
           "oracle": {"o3": <array>} | null, "onnx": <bytes> | null, "error": <error> | null}
+  {"kind": "export", "graph": <GraphIR JSON>, "values": {"i0": <array>, "w1": ...}}
+      -> {"kind": "prepared", "onnx": <bytes> | null, "ms": {"export": 8.1}, "error": <error> | null}
+         (a stored test's values exported again, without a search: how a replay re-measures it)
   {"kind": "run", "backend": "ort", "opt": "opt", "onnx": <bytes>, "inputs": {"i0": <array>}}
       -> {"kind": "outputs", "outputs": {"o3": <array>}, "ms": {"compile": 12.5, "execute": 0.4}}
       |  {"kind": "error", "error": <error>}
@@ -25,7 +28,18 @@ where a worker that dies or hangs was:
 
 A worker started with a collector adds {"collector": {"name": "python", "ident": "7450aa4f5bf22795",
 "size": 105304, "build": {...}} | {"error": "..."} | null} to "ready", and "hits" (see
-`coverage.covmap.Hits.to_wire`) to the replies of "prepare" (the export) and "run".
+`coverage.covmap.Hits.to_wire`) to the replies of "prepare" and "export" (the export) and "run".
+
+A collector driven from the parent (binary) adds "self_check": true to that, and:
+  worker -> parent while starting, before it serves "hello":
+      {"kind": "attach", "phase": "follow" | "locate", "pid": 4242, "tid": 4250, "map": "<address>", ...}
+      <- {"kind": "attached"} | {"kind": "attached", "error": "..."}
+      (see `coverage.binary_attach`; requests the parent sent meanwhile are served afterwards)
+  {"kind": "self_check"} -> {"kind": "checked", "ok": true, "detail": ""}
+      (a fixed model natively and under the collector: bit-identical outputs or no work)
+  {"kind": "mask", "slots": <uint32 bytes>} -> {"kind": "masked"}   (calibration masks of earlier workers)
+  and "run" replies carry "calibration": {"ms": 88.1, "reran": true} and, when slots were newly
+  masked, "unstable": <uint32 bytes>.
 
 where <error> is {"stage": "compile", "type": "TVMError", "message": "...", "traceback": "..."}.
 """

@@ -98,24 +98,55 @@ def prepare(worker: WorkerHandle, graph: GraphIR, seed: int, settings: CaseSetti
     return prepared, None
 
 
-def run_backend(worker: WorkerHandle, prepared: Prepared, backend: str, opt: str, timeout_s: float) -> Reply:
-    assert prepared.onnx is not None
-    request = {
-        "kind": "run",
-        "backend": backend,
-        "opt": opt,
-        "onnx": prepared.onnx,
-        "inputs": encode_arrays(prepared.inputs()),
-    }
+def export_stored(
+    worker: WorkerHandle,
+    graph: GraphIR,
+    seed: int,
+    values: dict[str, np.ndarray],
+    oracle: dict[str, np.ndarray] | None,
+    settings: CaseSettings,
+) -> tuple[Prepared, Finding | None]:
+    """Export a stored test's graph with its stored values (no search; a replay): the export
+    is measured as in `prepare`, and a death or error there is the same PyTorch finding."""
+    request = {"kind": "export", "graph": graph.to_json(), "values": encode_arrays(values)}
+    reply = worker.call(request, settings.timeout_s)
+    msg = reply.msg or {}
+    hits = Hits.from_wire(msg["hits"]) if msg.get("hits") is not None else None
+    prepared = Prepared(graph, seed, values, oracle, msg.get("onnx"), None, msg.get("ms") or {}, hits)
+    if reply.msg is None:
+        return prepared, _death("torch", reply.stage or "export", "-", reply)
+    if msg.get("error") is not None:
+        return prepared, _error("torch", "-", msg["error"])
+    return prepared, None
+
+
+def run_onnx(
+    worker: WorkerHandle, onnx: bytes, inputs: dict[str, np.ndarray], backend: str, opt: str, timeout_s: float
+) -> Reply:
+    """Import, compile and run ONNX bytes on one backend in the worker."""
+    request = {"kind": "run", "backend": backend, "opt": opt, "onnx": onnx, "inputs": encode_arrays(inputs)}
     return worker.call(request, timeout_s)
 
 
-def judge(prepared: Prepared, backend: str, opt: str, reply: Reply, settings: CaseSettings) -> Finding | None:
-    """The oracle on one backend run: None when it agrees with PyTorch."""
+def run_backend(worker: WorkerHandle, prepared: Prepared, backend: str, opt: str, timeout_s: float) -> Reply:
+    assert prepared.onnx is not None
+    return run_onnx(worker, prepared.onnx, prepared.inputs(), backend, opt, timeout_s)
+
+
+def failure(backend: str, opt: str, reply: Reply) -> Finding | None:
+    """The crash or hang a backend run ended in; None when it returned outputs."""
     if reply.msg is None:
         return _death(backend, reply.stage or "import", opt, reply)
     if reply.msg["kind"] == "error":
         return _error(backend, opt, reply.msg["error"], reply.log)
+    return None
+
+
+def judge(prepared: Prepared, backend: str, opt: str, reply: Reply, settings: CaseSettings) -> Finding | None:
+    """The oracle on one backend run: None when it agrees with PyTorch."""
+    crashed = failure(backend, opt, reply)
+    if crashed is not None:
+        return crashed
     assert prepared.oracle is not None
     actual = decode_arrays(reply.msg["outputs"])
     half = {"float16": (settings.half_rtol, settings.half_atol)}
@@ -150,6 +181,13 @@ def run_test(worker: WorkerHandle, graph: GraphIR, seed: int, settings: CaseSett
     if prepared.oracle is None:
         result.status = "no-values"
         return result
+    return run_backends(worker, result, settings)
+
+
+def run_backends(worker: WorkerHandle, result: CaseResult, settings: CaseSettings) -> CaseResult:
+    """Each backend at OPT on a prepared test (and at O0 when OPT fails), judged by its oracle."""
+    prepared, ms = result.prepared, result.ms
+    assert prepared is not None and prepared.oracle is not None
     for backend in settings.backends:
         reply = run_backend(worker, prepared, backend, "opt", settings.timeout_s)
         result.add_hits(reply.msg)

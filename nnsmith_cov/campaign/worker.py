@@ -14,8 +14,11 @@ import os
 import sys
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
+
+import numpy as np
 
 from nnsmith_cov.campaign.protocol import (
     FrameReader,
@@ -45,8 +48,14 @@ class Worker:
     every backend step) run under it, and each reply carries their `hits`.
     """
 
-    def __init__(self, specs: list[str], emit: Emit, collector: str = "", cov_targets: list[str] | None = None) -> None:
-        from nnsmith_cov.backends.registry import load_backend
+    def __init__(
+        self,
+        specs: list[str],
+        emit: Emit,
+        collector: str = "",
+        cov_targets: list[str] | None = None,
+        ask: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> None:
         from nnsmith_cov.coverage.collector import CollectorError, make_collector
 
         self.emit = emit
@@ -59,6 +68,42 @@ class Worker:
                 self.collector_error = str(e)
         self.backends: dict[str, Any] = {}
         self.unavailable: dict[str, str] = {}
+        if self.collector is not None and hasattr(self.collector, "follow_request"):
+            self._load_followed(specs, ask)
+        else:
+            self._load_backends(specs)
+
+    def _load_followed(self, specs: list[str], ask: Callable[[dict[str, Any]], dict[str, Any]] | None) -> None:
+        """Under a collector driven from the parent (binary): have the parent follow the measuring
+        thread, import the backends on it (so the agent sees the module load), then say where it lies."""
+        from nnsmith_cov.coverage.collector import CollectorError
+
+        collector = self.collector
+        assert collector is not None
+        if ask is None:
+            self.collector_error = f"{collector.name} collector: needs a parent that attaches to the worker"
+            return self._load_backends(specs)
+        answer = ask(collector.follow_request())
+        if answer.get("error"):
+            self.collector_error = answer["error"]
+            return self._load_backends(specs)
+        collector.call(lambda: self._load_backends(specs))
+        try:
+            answer = ask(collector.locate_request())
+        except CollectorError as e:
+            answer = {"error": str(e)}
+        if answer.get("error"):
+            self.collector_error = answer["error"]
+
+    def measured(self, fn: Callable[[], Any]) -> Any:
+        """Run `fn` where the collector sees it: on its measuring thread when it has one."""
+        if self.collector is not None and self.collector_error is None and hasattr(self.collector, "call"):
+            return self.collector.call(fn)
+        return fn()
+
+    def _load_backends(self, specs: list[str]) -> None:
+        from nnsmith_cov.backends.registry import load_backend
+
         for spec in specs:
             try:
                 backend = load_backend(spec)
@@ -117,7 +162,35 @@ class Worker:
         except CollectorError as e:
             self.collector_error = str(e)
             return {"error": self.collector_error}
-        return {"name": self.collector.name, "ident": u.ident, "size": len(u), "build": u.build}
+        info = {"name": self.collector.name, "ident": u.ident, "size": len(u), "build": u.build}
+        return info | {"self_check": hasattr(self.collector, "call")}
+
+    def self_check(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Run a fixed model natively (this thread) and under the collector (its thread): a collector
+        that changes the numbers it observes (Stalker and AVX-512 state) must not feed the oracle."""
+        from nnsmith_cov.backends.base import Opt
+        from nnsmith_cov.coverage.self_check import compare_runs, fixed_model
+
+        onnx_bytes, inputs = fixed_model()
+        for spec, backend in self.backends.items():
+            run = lambda b=backend: b.run(b.compile(b.load(onnx_bytes), Opt.OPT), inputs)
+            native = run()
+            assert self.collector is not None
+            self.collector.start()
+            followed = [self.measured(run) for _ in range(2)]
+            hits = self.collector.stop()
+            problem = compare_runs(native, followed)
+            if problem is None and not len(hits):
+                problem = "the collector counted no blocks (the agent is not following the measuring thread)"
+            if problem is not None:
+                return {"kind": "checked", "ok": False, "detail": f"{spec}: {problem}"}
+        return {"kind": "checked", "ok": True, "detail": ""}
+
+    def mask(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Slots calibration masked in earlier workers of the same handle."""
+        if self.collector is not None and hasattr(self.collector, "mask"):
+            self.collector.mask(np.frombuffer(msg["slots"], dtype="<u4"))
+        return {"kind": "masked"}
 
     def universe(self, msg: dict[str, Any]) -> dict[str, Any]:
         assert self.collector is not None and self.collector_error is None, "no collector in this worker"
@@ -166,6 +239,28 @@ class Worker:
         reply["ms"] = {"search": (t1 - t0) * 1e3, "export": (time.perf_counter() - t1) * 1e3}
         return reply | {"error": None}
 
+    def export(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Export a graph with the values it was stored with (a replay): no search, so the
+        model is the stored one even where another PyTorch would search differently."""
+        from nnsmith_cov.gen.graph_ir import GraphIR
+        from nnsmith_cov.materialize.model_dir import materialize_and_export
+        from nnsmith_cov.materialize.onnx_export import ExportError
+        from nnsmith_cov.materialize.torch_module import input_name, weight_name
+        from nnsmith_cov.ops import is_op
+
+        graph = GraphIR.from_json(msg["graph"], known_op=is_op)
+        named = decode_arrays(msg["values"])
+        values = {v: named[input_name(v)] for v in graph.inputs} | {v: named[weight_name(v)] for v in graph.weights}
+        reply: dict[str, Any] = {"kind": "prepared", "onnx": None}
+        self.stage("export")
+        t0 = time.perf_counter()
+        try:
+            with self.covered(reply):
+                reply["onnx"] = materialize_and_export(graph, values).onnx
+        except ExportError as e:
+            return reply | {"error": error_record("export", e)}
+        return reply | {"ms": {"export": (time.perf_counter() - t0) * 1e3}, "error": None}
+
     def run(self, msg: dict[str, Any], covered: bool = True) -> dict[str, Any]:
         from nnsmith_cov.backends.base import BackendError, Opt
 
@@ -177,39 +272,103 @@ class Worker:
             ("execute", lambda exe: backend.run(exe, inputs)),
         )
         ms: dict[str, float] = {}
-        result: Any = None
         reply: dict[str, Any] = {}
-        with self.covered(reply, covered):
+
+        def once() -> Any:
+            result: Any = None
+            ms.clear()
+            reply.pop("error", None)
             for stage, step in steps:
                 self.stage(stage)
                 t0 = time.perf_counter()
                 try:
                     result = step(result)
                 except BackendError as e:
-                    reply |= {"kind": "error", "error": error_record(e.stage.value, e)}
-                    break
+                    reply.update(kind="error", error=error_record(e.stage.value, e))
+                    return None
                 except Exception as e:  # a plug-in backend that does not tag its errors
-                    reply |= {"kind": "error", "error": error_record(stage, e)}
-                    break
+                    reply.update(kind="error", error=error_record(stage, e))
+                    return None
                 ms[stage] = (time.perf_counter() - t0) * 1e3
+            return result
+
+        with self.covered(reply, covered):
+            result = self.measured(once)
+        if covered and "hits" in reply and hasattr(self.collector, "settle"):
+            first_ms = dict(ms)
+            self._calibrate(reply, once, _input_key(msg))
+            ms.clear()
+            ms.update(first_ms)  # the timings of the run whose outputs are reported
         if "error" in reply:
             return reply
         return reply | {"kind": "outputs", "outputs": encode_arrays(result), "ms": ms}
 
+    def _calibrate(self, reply: dict[str, Any], once: Callable[[], Any], key: str) -> None:
+        """Run again what reached unseen blocks; keep only what both runs reached (see `settle`)."""
+        from nnsmith_cov.coverage.covmap import Hits
+
+        collector = self.collector
+        assert collector is not None
+
+        reran = []
+
+        def again() -> Hits:
+            reran.append(True)
+            kept = dict(reply)
+            collector.start()
+            self.measured(once)
+            reply.clear()
+            reply.update(kept)  # the reply reports the first run
+            return collector.stop()
+
+        t0 = time.perf_counter()
+        stable, flicker = collector.settle(Hits.from_wire(reply["hits"]), again, key)
+        reply["hits"] = stable.to_wire()
+        reply["calibration"] = {"ms": (time.perf_counter() - t0) * 1e3, "reran": bool(reran)}
+        if len(flicker):
+            reply["unstable"] = flicker.astype("<u4").tobytes()
+
+
+def _input_key(msg: dict[str, Any]) -> str:
+    """Identity of one backend run's input (model, inputs, backend, setting)."""
+    import hashlib
+
+    h = hashlib.sha256(msg["onnx"])
+    h.update(f"\0{msg['backend']}\0{msg['opt']}\0".encode())
+    for name in sorted(msg["inputs"]):
+        h.update(name.encode() + b"\0" + msg["inputs"][name]["data"])
+    return h.hexdigest()[:24]
+
 
 def serve(fd_in: int, fd_out: int, specs: list[str], collector: str = "", cov_targets: list[str] | None = None) -> int:
     emit = lambda m: write_frame(fd_out, m)
-    worker = Worker(specs, emit, collector, cov_targets)
+    reader = FrameReader()
+    early: deque[dict[str, Any]] = deque()  # requests that arrived while the worker waited on the parent
+
+    def ask(request: dict[str, Any]) -> dict[str, Any]:
+        """Ask the parent something while starting (the binary collector's attach requests)."""
+        emit(request)
+        while True:
+            msg = read_frame_blocking(fd_in, reader)
+            if msg is None:
+                sys.exit(0)
+            if msg["kind"] == "attached":
+                return msg
+            early.append(msg)
+
+    worker = Worker(specs, emit, collector, cov_targets, ask)
     handlers = {
         "hello": worker.hello,
         "prepare": worker.prepare,
+        "export": worker.export,
         "run": worker.run,
         "universe": worker.universe,
         "warm_up": worker.warm_up,
+        "self_check": worker.self_check,
+        "mask": worker.mask,
     }
-    reader = FrameReader()
     while True:
-        msg = read_frame_blocking(fd_in, reader)
+        msg = early.popleft() if early else read_frame_blocking(fd_in, reader)
         if msg is None or msg["kind"] == "exit":
             return 0
         handler = handlers.get(msg["kind"])

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from nnsmith_cov.campaign.protocol import FrameReader, ProtocolError, write_frame
 
 if TYPE_CHECKING:
@@ -75,6 +77,8 @@ class WorkerHandle:
         self.ready: dict[str, Any] = {}
         self._to_child = self._from_child = -1
         self._reader = FrameReader()
+        self.attachment: Any = None  # the binary collector's Frida session into the worker
+        self.unstable = np.zeros(0, np.uint32)  # slots calibration masked, handed to every new worker
 
     # -- lifecycle ---------------------------------------------------------------
     def start(self) -> dict[str, Any]:
@@ -115,9 +119,23 @@ class WorkerHandle:
             self.close()
             raise WorkerStartError(problem)
         self.ready = reply.msg
+        if (reply.msg.get("collector") or {}).get("self_check"):
+            self._self_check()
         if self.collector:
             self._warm_up()
         return self.ready
+
+    def _self_check(self) -> None:
+        """A collector that rewrites code must leave the numbers alone: refuse a worker where it does not."""
+        if len(self.unstable):
+            self.call({"kind": "mask", "slots": self.unstable.astype("<u4").tobytes()}, self.startup_timeout_s)
+        reply = self.call({"kind": "self_check"}, self.startup_timeout_s)
+        if reply.msg is None:
+            self.deaths -= 1  # a death on the fixed check model is no test's finding
+        if reply.msg is None or not reply.msg.get("ok"):
+            how = reply.msg["detail"] if reply.msg else f"worker {reply.died or 'hung'} during the self-check"
+            self.close()
+            raise WorkerStartError(f"{self.collector} collector self-check failed: {how}")
 
     def _warm_up(self) -> None:
         """Let a measuring worker run set-up code unmeasured (see `Worker.warm_up`). A backend
@@ -154,6 +172,9 @@ class WorkerHandle:
             self.proc.wait()
 
     def _reap(self) -> None:
+        if self.attachment is not None:
+            self.attachment.close()
+        self.attachment = None
         for fd in (self._to_child, self._from_child):
             if fd >= 0:
                 os.close(fd)
@@ -185,6 +206,11 @@ class WorkerHandle:
                 if msg["kind"] == "stage":
                     stage = msg["stage"]
                     continue
+                if msg["kind"] == "attach":  # the worker asks to be followed (binary collector)
+                    write_frame(self._to_child, self._attach(msg))
+                    continue
+                if "unstable" in msg:
+                    self.unstable = np.union1d(self.unstable, np.frombuffer(msg.pop("unstable"), "<u4"))
                 if msg["kind"] == "fault":
                     raise WorkerFault(msg["message"] + "\n" + msg.get("traceback", ""))
                 return Reply(msg, stage, log=self._log_since(log_start), elapsed_ms=(time.monotonic() - t0) * 1e3)
@@ -200,6 +226,13 @@ class WorkerHandle:
                 if not data:
                     return self._dead(stage, log_start, t0)
                 self._reader.feed(data)
+
+    def _attach(self, request: dict[str, Any]) -> dict[str, Any]:
+        from nnsmith_cov.coverage.binary_attach import Attachment
+
+        if self.attachment is None:
+            self.attachment = Attachment()
+        return self.attachment.handle(request)
 
     def _dead(self, stage: str | None, log_start: int, t0: float) -> Reply:
         assert self.proc is not None

@@ -52,11 +52,14 @@ PASS_FILTERS: dict[str, tuple[str, ...]] = {
         "src/ir/transform.cc",
         "onnxoptimizer/passes/",
     ),
+    # approximate: only functions labelled through their .rodata source-path strings
+    "binary": ("onnxruntime/core/optimizer/",),
 }
 
 BUILTIN = {
     "python": "nnsmith_cov.coverage.python_collector:PythonCollector",
     "llvm": "nnsmith_cov.coverage.llvm_collector:LlvmCollector",
+    "binary": "nnsmith_cov.coverage.binary_collector:BinaryCollector",
 }
 
 

@@ -1,7 +1,7 @@
 """A finding on disk: everything needed to look at it and to re-run it.
 
 <bundle>/model.onnx    the exported model (absent for export/reference findings)
-<bundle>/graph.json    GraphIR; graph.txt its readable form
+<bundle>/graph.json    GraphIR; graph.txt its readable form (absent for a replayed foreign ONNX model)
 <bundle>/inputs.npz    model inputs (i<v>) and weights (w<v>)
 <bundle>/oracle.npz    PyTorch's outputs (o<v>), when the value search succeeded
 <bundle>/actual.npz    the backend's outputs, for inconsistencies
@@ -50,7 +50,7 @@ class Bundle:
 def write_bundle(
     path: Path,
     finding: Finding,
-    graph: GraphIR,
+    graph: GraphIR | None,
     values: dict[str, np.ndarray],
     oracle: dict[str, np.ndarray] | None,
     onnx: bytes | None,
@@ -65,13 +65,14 @@ def write_bundle(
         | finding.header()
         | {
             "detail": finding.detail,
-            "graph_hash": graph.content_hash(),
+            "graph_hash": None if graph is None else graph.content_hash(),
         }
         | meta
     )
     (tmp / "meta.json").write_text(json.dumps(record, indent=1) + "\n")
-    (tmp / "graph.json").write_text(graph.dumps() + "\n")
-    (tmp / "graph.txt").write_text(graph.text())
+    if graph is not None:
+        (tmp / "graph.json").write_text(graph.dumps() + "\n")
+        (tmp / "graph.txt").write_text(graph.text())
     (tmp / "inputs.npz").write_bytes(npz_bytes(values))
     if oracle is not None:
         (tmp / "oracle.npz").write_bytes(npz_bytes(oracle))

@@ -1,0 +1,253 @@
+"""The binary collector, worker side: block coverage of a prebuilt shared object, counted by a Frida agent.
+
+A process cannot trace itself, so the parent drives Frida into the worker (see
+`binary_attach`); this half lives in the worker and owns everything per test:
+
+- the module (default ORT's `onnxruntime_pybind11_state*.so`, which holds all of ORT)
+  and its slot layout (`binary_symbols`), read from the file before it is loaded;
+- the hit map, a numpy uint8 array the agent's inline counters write into: `start()`
+  zeroes it, `stop()` returns its nonzero slots, as the llvm collector does;
+- the measuring thread: the agent follows this one thread for the worker's life, so
+  every backend call of the worker runs on it (`call`), never on the main thread,
+  which stays native for the value search, the export and the self-check;
+- calibration: a run that reaches a slot this worker has not seen is run again, and
+  the slots present in one run only are masked from then on (AFL++'s calibration).
+
+The worker asks the parent to attach twice (`attach_requests`): first to follow the
+measuring thread before the module is imported on it (on AVX-512 hosts the agent must
+see the module's CPU feature checks), then, once it is loaded, to say where it lies.
+ORT runs with one intra-op and one inter-op thread, sequentially (`backends.ort`):
+no pool threads, so the followed thread sees all of ORT's work.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import importlib.util
+import os
+import queue
+import sys
+import threading
+import zlib
+from collections import OrderedDict
+from collections.abc import Callable
+from fnmatch import fnmatch
+from pathlib import Path
+from typing import Any, TypeVar
+
+import msgpack
+import numpy as np
+
+from nnsmith_cov.coverage.binary_symbols import ModuleLayout, read_layout
+from nnsmith_cov.coverage.collector import CollectorError
+from nnsmith_cov.coverage.covmap import Hits
+from nnsmith_cov.coverage.universe import Universe
+
+DEFAULT_MODULE = "onnxruntime_pybind11_state*"
+LAYOUT_SCHEMA = 2
+RECENT_INPUTS = 64  # inputs whose last run is remembered, to catch slots that vary between runs
+T = TypeVar("T")
+
+
+def default_cache_dir() -> Path:
+    return Path.home() / ".cache" / "nnsmith-cov" / "universe"
+
+
+def host_has_avx512() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and " avx512f" in line for line in f)
+    except OSError:
+        return False
+
+
+def loaded_modules() -> dict[str, int]:
+    """Path -> load base (lowest mapping) of the files mapped into this process."""
+    out: dict[str, int] = {}
+    with open("/proc/self/maps") as f:
+        for row in f:
+            parts = row.split(maxsplit=5)
+            if len(parts) == 6 and parts[5].startswith("/"):
+                path = parts[5].rstrip("\n").removesuffix(" (deleted)")
+                lo = int(parts[0].split("-")[0], 16) - int(parts[2], 16)
+                out[path] = min(out.get(path, lo), lo)
+    return out
+
+
+def find_module(pattern: str) -> str:
+    """The file `pattern` names: a path or glob with `/`, or a file-name glob looked up among the
+    loaded files, then ORT's package (for the default), then packages on sys.path."""
+    if "/" in pattern:
+        found = sorted(glob.glob(pattern))
+    else:
+        found = sorted(p for p in loaded_modules() if fnmatch(os.path.basename(p), pattern))
+        if not found and pattern == DEFAULT_MODULE:
+            spec = importlib.util.find_spec("onnxruntime")
+            roots = list(spec.submodule_search_locations or []) if spec else []
+            found = sorted(p for r in roots for p in glob.glob(os.path.join(r, "capi", pattern)))
+        for root in sys.path if not found else ():
+            if os.path.isdir(root):
+                found = sorted(glob.glob(os.path.join(root, "*", pattern)) + glob.glob(os.path.join(root, pattern)))
+                if found:
+                    break
+    found = [p for p in found if os.path.isfile(p)]
+    if not found:
+        raise CollectorError(f"binary collector: no module matches {pattern!r} (loaded, or under sys.path)")
+    return os.path.realpath(found[0])
+
+
+def cached_layout(path: str, cache_dir: Path) -> ModuleLayout:
+    """`read_layout`, cached by the file's path, size and mtime (parsing takes seconds)."""
+    st = os.stat(path)
+    key = hashlib.sha256(f"{LAYOUT_SCHEMA}\0{path}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:20]
+    cache = cache_dir / f"binary-{key}.bin"
+    try:
+        body = msgpack.unpackb(zlib.decompress(cache.read_bytes()), raw=False)
+        if body["schema"] == LAYOUT_SCHEMA:
+            arr = {k: np.frombuffer(body[k], dtype=d).copy() for k, d in _LAYOUT_ARRAYS.items()}
+            return ModuleLayout(path, body["build_id"], labels=list(body["labels"]), **arr)
+    except (OSError, ValueError, KeyError, TypeError, zlib.error, msgpack.UnpackException):
+        pass
+    layout = read_layout(path)
+    body = {"schema": LAYOUT_SCHEMA, "build_id": layout.build_id, "labels": layout.labels}
+    body |= {k: getattr(layout, k).astype(d).tobytes() for k, d in _LAYOUT_ARRAYS.items()}
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(zlib.compress(msgpack.packb(body, use_bin_type=True), 6))
+    tmp.replace(cache)
+    return layout
+
+
+_LAYOUT_ARRAYS = {"start": "<u8", "length": "<u8", "slot_base": "<u4", "slot_mask": "<u4", "label_of": "<i4"}
+
+
+class MeasuringThread:
+    """One long-lived thread that runs the calls handed to it, one at a time."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.Queue = queue.Queue()
+        self._ready = threading.Event()
+        self.tid = 0
+        self._thread = threading.Thread(target=self._loop, name="nncov-measured", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+
+    def _loop(self) -> None:
+        self.tid = threading.get_native_id()
+        self._ready.set()
+        while True:
+            fn, box, done = self._jobs.get()
+            try:
+                box.append((True, fn()))
+            except BaseException as e:  # handed back to the caller, who decides
+                box.append((False, e))
+            done.set()
+
+    def call(self, fn: Callable[[], T]) -> T:
+        box: list[tuple[bool, Any]] = []
+        done = threading.Event()
+        self._jobs.put((fn, box, done))
+        done.wait()
+        ok, value = box[0]
+        if not ok:
+            raise value
+        return value
+
+
+class BinaryCollector:
+    """Block coverage of one prebuilt module, counted by the parent's Frida agent in this process.
+
+    Not thread-safe: `start`/`stop` from the thread that serves requests; the measured work
+    goes through `call`."""
+
+    name = "binary"
+
+    def __init__(self, targets: list[str], cache_dir: Path | None = None) -> None:
+        if len(targets) > 1:
+            raise CollectorError("binary collector: follows one module; give one --binary-module pattern")
+        self.pattern = targets[0] if targets else DEFAULT_MODULE
+        self.path = find_module(self.pattern)
+        self.layout = cached_layout(self.path, cache_dir or default_cache_dir())
+        self.map = np.zeros(self.layout.slots, dtype=np.uint8)
+        self.unstable = np.zeros(self.layout.slots, dtype=bool)  # masked after calibration
+        self.seen = np.zeros(self.layout.slots, dtype=bool)  # slots this worker has reported
+        self.thread = MeasuringThread()
+        self._universe: Universe | None = None
+        self._recent: OrderedDict[str, np.ndarray] = OrderedDict()  # input key -> its last run's slots
+        # Keep the tables the agent's C code reads alive (and contiguous) for the process's life.
+        self._tables = [np.ascontiguousarray(getattr(self.layout, k)) for k in _LAYOUT_ARRAYS if k != "label_of"]
+
+    # -- the two attach requests --------------------------------------------------
+    def follow_request(self) -> dict[str, Any]:
+        """What the agent needs before the module is loaded: the thread, the map, the tables."""
+        start, length, slot_base, slot_mask = self._tables
+        addr = lambda a: str(a.ctypes.data)
+        return {
+            "kind": "attach",
+            "phase": "follow",
+            "pid": os.getpid(),
+            "tid": self.thread.tid,
+            "base": "0",
+            "lo": "0",
+            "hi": "0",
+            "map": addr(self.map),
+            "n": len(start),
+            "start": addr(start),
+            "length": addr(length),
+            "slot_base": addr(slot_base),
+            "slot_mask": addr(slot_mask),
+            "clear_avx512": int(host_has_avx512()),
+        }
+
+    def locate_request(self) -> dict[str, Any]:
+        """Where the module was loaded (after the backends imported it on the measuring thread)."""
+        base = loaded_modules().get(self.path)
+        if base is None:
+            raise CollectorError(f"binary collector: {os.path.basename(self.path)} was not loaded by the backends")
+        end = int(self.layout.start[-1] + self.layout.length[-1])
+        where = {"base": str(base), "lo": str(base), "hi": str(base + end)}
+        return self.follow_request() | {"phase": "locate"} | where
+
+    # -- the collector protocol ---------------------------------------------------
+    def universe(self) -> Universe:
+        if self._universe is None:
+            self._universe = self.layout.universe()
+        return self._universe
+
+    def call(self, fn: Callable[[], T]) -> T:
+        return self.thread.call(fn)
+
+    def start(self) -> None:
+        self.map.fill(0)
+
+    def stop(self) -> Hits:
+        """The nonzero slots since `start` (a scan of the map: about 1 ms for ORT's 2.6M slots),
+        less the masked ones."""
+        index = np.flatnonzero((self.map != 0) & ~self.unstable).astype(np.uint32)
+        return Hits(index, self.map[index].astype(np.uint32))
+
+    def settle(self, first: Hits, again: Callable[[], Hits], key: str = "") -> tuple[Hits, np.ndarray]:
+        """Calibrate: a run that reached slots this worker never saw is repeated (`again()`), and a
+        run of an input this worker ran lately (same `key`) is compared with that run; slots present
+        in one run only are masked for good. Returns the stable hits and the newly masked slots."""
+        flicker = np.zeros(0, np.uint32)
+        if key in self._recent:
+            flicker = np.setxor1d(first.index, self._recent.pop(key)).astype(np.uint32)
+        if key:
+            self._recent[key] = first.index
+            while len(self._recent) > RECENT_INPUTS:
+                self._recent.popitem(last=False)
+        if len(first) and not self.seen[first.index].all():
+            second = again()
+            flicker = np.union1d(flicker, np.setxor1d(first.index, second.index)).astype(np.uint32)
+        flicker = flicker[~self.unstable[flicker]]
+        self.mask(flicker)
+        keep = ~self.unstable[first.index]
+        stable = Hits(first.index[keep], first.count[keep])
+        self.seen[stable.index] = True
+        return stable, flicker
+
+    def mask(self, slots: np.ndarray) -> None:
+        slots = np.asarray(slots, dtype=np.int64)
+        self.unstable[slots[(slots >= 0) & (slots < len(self.unstable))]] = True

@@ -1,0 +1,159 @@
+"""The `nnsmith-cov replay` command: its flags, its progress display and its summary."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+
+def add_parser(sub: Any) -> None:
+    """Register `replay` on the CLI's subcommand set."""
+    from nnsmith_cov.cli import _backends, _collector, _duration, _positive, _seed
+    from nnsmith_cov.replay.engine import CLOCKS
+
+    p = sub.add_parser(
+        "replay",
+        help="re-run corpora, bug bundles or ONNX models under a collector into a new campaign corpus",
+    )
+    p.add_argument(
+        "sources",
+        nargs="+",
+        type=Path,
+        metavar="SOURCE",
+        help="campaign folders, folders of bundles / model folders / .onnx files, or .onnx files",
+    )
+    p.add_argument("-o", "--corpus", "--output", dest="output", type=Path, required=True, help="new campaign folder")
+    p.add_argument("--backends", type=_backends, default=["ort", "tvm"], help="comma list (default ort,tvm)")
+    p.add_argument(
+        "--collector", type=_collector, default="python", help="python, llvm or module:Class (default python)"
+    )
+    p.add_argument(
+        "--cov-targets",
+        type=lambda t: [s for s in t.split(",") if s],
+        default=[],
+        help="what the collector measures (default: the collector's own)",
+    )
+    p.add_argument("--pass-filter", nargs="+", metavar="PATH", help="pass-only folders/files (default per collector)")
+    p.add_argument(
+        "--clock",
+        choices=CLOCKS,
+        help="time stamps: source (a campaign's own; default for corpora), mtime (file order), "
+        "replay (the replay's own clock; default otherwise)",
+    )
+    p.add_argument("--seed", type=_seed, default=0, help="seed of the random inputs of foreign models (default 0)")
+    p.add_argument("--sym-dim", type=_positive, default=1, help="value of symbolic dimensions (default 1)")
+    p.add_argument("--timeout-s", type=_duration, default=60.0, help="per worker request (default 60)")
+    p.add_argument("--no-localize", action="store_true", help="do not re-run failures at O0")
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from nnsmith_cov.campaign.run_dir import RunDir, RunDirError
+    from nnsmith_cov.campaign.status import summary
+    from nnsmith_cov.campaign.testcase import CaseSettings
+    from nnsmith_cov.campaign.worker_handle import WorkerStartError
+    from nnsmith_cov.cli import CliError
+    from nnsmith_cov.corpus.records import CorpusError
+    from nnsmith_cov.replay.engine import Replayer, ReplayError, default_clock, plan, replay_config
+    from nnsmith_cov.replay.sources import SourceError, open_sources
+
+    if args.collector == "none":
+        raise CliError("a replay measures coverage: --collector python, llvm or module:Class")
+    if (args.output / "config.json").exists() or (args.output / "lmdb").exists():
+        raise CliError(f"{args.output} already holds a campaign: choose another folder")
+    for src in args.sources:
+        if src.resolve() == args.output.resolve():
+            raise CliError(f"{src}: a replay cannot write into its own source")
+    console = Console(stderr=True)
+    try:
+        sources = open_sources(args.sources, args.sym_dim)
+    except SourceError as e:
+        raise CliError(str(e)) from None
+    try:
+        clock = args.clock or default_clock(sources)
+        try:
+            planned = plan(sources, clock)
+        except ReplayError as e:
+            raise CliError(str(e)) from None
+        first = next((s.config for s in sources if s.config), None) or {}
+        settings = CaseSettings(
+            backends=args.backends,
+            timeout_s=args.timeout_s,
+            search=first.get("search") or CaseSettings([]).search,
+            localize=not args.no_localize,
+        )
+        config = replay_config(sources, settings, args.seed, args.collector, args.cov_targets, args.pass_filter, clock)
+        run = RunDir(args.output)
+        from nnsmith_cov.campaign.worker_handle import WorkerHandle
+
+        worker = WorkerHandle(args.backends, run.worker_log(0), collector=args.collector, cov_targets=args.cov_targets)
+        replayer = Replayer(settings, run, worker, lambda ev: _print_event(console, ev), seed=args.seed)
+        try:
+            with console.status("starting the worker and measuring the branch universe"):
+                replayer.start(config)
+        except (WorkerStartError, RunDirError, CorpusError, ReplayError) as e:
+            worker.close()
+            replayer.close()
+            raise CliError(str(e)) from None
+        interrupted = False
+        columns = (
+            TextColumn("replay"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[line]}"),
+        )
+        try:
+            with Progress(*columns, console=console) as progress:
+                task = progress.add_task("replay", total=len(planned), line="")
+                for k, p in enumerate(planned):
+                    replayer.replay(p, last=k == len(planned) - 1)
+                    progress.update(task, advance=1, line=_line(replayer))
+                    if k % 20 == 19:
+                        replayer.write_stats()
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            replayer.write_stats()
+            replayer.close()
+            worker.close()
+    finally:
+        for s in sources:
+            s.close()
+    from rich.console import Console as Out
+
+    Out().print(summary(replayer.stats))
+    s = replayer.summary()
+    print(
+        f"replayed {s['replayed']} of {s['items']} inputs ({clock} clock); "
+        f"{s['broken']} broken, {s['rejected']} refused by a backend at import"
+        + ("  (listed in replay-errors.jsonl)" if s["broken"] or s["rejected"] else "")
+    )
+    print(f"campaign folder: {args.output}")
+    if interrupted:
+        return 130
+    return 0 if s["replayed"] or not s["items"] else 1
+
+
+def _line(replayer: Any) -> str:
+    st = replayer.stats
+    found = sum(st.findings.values())
+    return (
+        f"branches {st.branches} (pass-only {st.pass_branches})  corpus {st.corpus}  "
+        f"findings {found}  broken {replayer.broken}  restarts {st.restarts}"
+    )
+
+
+def _print_event(console: Any, event: tuple[str, Any, Any]) -> None:
+    kind, what, detail = event
+    if kind == "broken":
+        console.print(f"[yellow]broken[/] {what}: {detail}")
+    elif kind == "rejected":
+        console.print(f"[yellow]refused[/] by {detail['backend']} at import: {what}")
+    else:
+        from nnsmith_cov.cli import _print_event as print_finding
+
+        print_finding(console, event)

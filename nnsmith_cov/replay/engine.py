@@ -1,0 +1,380 @@
+"""Re-run tests under a collector into a new campaign folder, as if a campaign had produced them.
+
+The output is a campaign folder like `fuzz`'s (config.json, stats.json, findings/, lmdb/),
+so `report` and `fuzz --resume` read it, plus two files of its own:
+
+RUN/replayed.jsonl       one line per replayed item, in replay order:
+                         {"test": 3, "source": "models/a.onnx", "kind": "onnx", "status": "pass",
+                          "new_branches": 12, "elapsed_s": 4.1}
+RUN/replay-errors.jsonl  one line per input that could not be replayed, or that a backend refused:
+                         {"source": "models/bad.onnx", "kind": "unreadable", "error": "not an ONNX model (...)"}
+                         {"source": "models/b.onnx", "kind": "rejected", "backend": "tvm", "error": "..."}
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nnsmith_cov import __version__
+from nnsmith_cov.campaign.fuzz_loop import FuzzConfig, RunStats, prepared_blobs, test_seed
+from nnsmith_cov.campaign.run_dir import RUN_SCHEMA, RunDir
+from nnsmith_cov.campaign.testcase import (
+    CaseResult,
+    CaseSettings,
+    export_stored,
+    failure,
+    run_backends,
+    run_onnx,
+    run_test,
+)
+from nnsmith_cov.campaign.worker_handle import WorkerFault, WorkerHandle
+from nnsmith_cov.corpus.records import TestEntry, TestRecord, TimelineRow
+from nnsmith_cov.corpus.store import CorpusStore
+from nnsmith_cov.coverage.collector import PASS_FILTERS
+from nnsmith_cov.coverage.covmap import Novelty, VirginMap
+from nnsmith_cov.coverage.universe import Universe
+from nnsmith_cov.gen.generator import GenConfig
+from nnsmith_cov.materialize.model_dir import npz_bytes
+from nnsmith_cov.oracle.bundle import write_bundle
+from nnsmith_cov.oracle.finding import Finding
+from nnsmith_cov.replay.foreign import ForeignModel
+from nnsmith_cov.replay.sources import Item, Loaded, NativeTest, ReplayInputError, Source
+
+# How replayed tests are stamped in time: "source" keeps a campaign corpus's elapsed_s
+# (later corpora continue after earlier ones), "mtime" orders by file modification time
+# and stamps each item with its offset from the oldest, "replay" uses the replay's clock.
+CLOCKS = ("source", "mtime", "replay")
+
+
+class ReplayError(Exception):
+    """The replay cannot start (no collector, unavailable backend): one line."""
+
+
+@dataclass
+class Planned:
+    """An item's place in the replay: its test id, time stamp and point on the test-count axis."""
+
+    item: Item
+    test_id: int
+    elapsed_s: float | None  # None: the replay's own clock at the time it finishes
+    tests: int
+
+
+def plan(sources: list[Source], clock: str) -> list[Planned]:
+    """Every item of every source in replay order: source by source in the order given (each
+    in its own order), or by modification time with the "mtime" clock."""
+    items = [item for s in sources for item in s.items]
+    if clock == "source" and any(item.source_s is None for item in items):
+        raise ReplayError("--clock source needs campaign corpora only (other inputs carry no time stamps)")
+    if clock == "mtime":
+        items.sort(key=lambda item: (item.mtime, item.origin))
+    first = items[0].mtime if items else 0.0
+    out = []
+    for k, item in enumerate(items):
+        elapsed = item.source_s if clock == "source" else item.mtime - first if clock == "mtime" else None
+        # On a campaign's own clock its test numbering is the test-count axis too; else replayed items.
+        tests = item.source_tests if clock == "source" and item.source_tests is not None else k + 1
+        out.append(Planned(item, k, elapsed, tests))
+    return out
+
+
+def default_clock(sources: list[Source]) -> str:
+    return "source" if sources and all(s.kind == "corpus" for s in sources) else "replay"
+
+
+def replay_config(
+    sources: list[Source],
+    settings: CaseSettings,
+    seed: int,
+    collector: str,
+    cov_targets: list[str],
+    pass_filters: list[str] | None,
+    clock: str,
+) -> dict[str, Any]:
+    """The campaign config a replay records: a `fuzz` config (so `fuzz --resume` can continue
+    it, with the generator settings of the first campaign replayed, if any) and what was replayed."""
+    from nnsmith_cov.ops import ALL_OPS
+
+    base = FuzzConfig(GenConfig(ops=ALL_OPS), settings, seed=seed, feedback=True, collector=collector)
+    config = base.to_json() | {"cov_targets": cov_targets, "pass_filters": pass_filters}
+    first = next((s.config for s in sources if s.config), None)
+    if first:
+        for key in ("generator", "feedback"):
+            if key in first:
+                config[key] = first[key]
+    clocks = {"source": "the campaigns' own elapsed_s", "mtime": "file modification times", "replay": "the replay's"}
+    config["replay"] = {
+        "sources": [{"path": str(s.path), "kind": s.kind, "items": len(s.items)} for s in sources],
+        "clock": clock,
+        "time_stamps": clocks[clock],
+        "seed": seed,  # of foreign models' random inputs (test k's inputs: fuzz_loop.test_seed(seed, k))
+        "nnsmith-cov": __version__,
+    }
+    return config
+
+
+class Replayer:
+    """Replays items one at a time on one worker into a new campaign corpus.
+
+    Map, findings and store are updated as in `fuzz`: one write transaction per item, a
+    corpus entry for each item that set a new map bit, a bundle per new finding signature.
+    A broken input costs only itself. Not thread-safe; one thread drives it.
+    """
+
+    def __init__(
+        self,
+        settings: CaseSettings,
+        run: RunDir,
+        worker: WorkerHandle,
+        on_event: Callable[[tuple[str, Any, Any]], None],
+        seed: int = 0,
+    ) -> None:
+        self.settings, self.run, self.worker, self.on_event, self.seed = settings, run, worker, on_event, seed
+        self.stats = RunStats()
+        self.versions: dict[str, str] = {"nnsmith-cov": __version__}
+        self.universe: Universe | None = None
+        self.covmap: VirginMap | None = None
+        self.pass_mask: np.ndarray | None = None
+        self.store: CorpusStore | None = None
+        self.broken = 0  # inputs that could not be replayed
+        self.rejected = 0  # (item, backend) pairs refused at import
+        self.items = 0  # items planned
+        self.clock = "replay"
+        self._t0 = time.monotonic()
+
+    def start(self, config: dict[str, Any]) -> None:
+        """Start the worker, measure its universe, create the run folder and its corpus."""
+        hello = self.worker.start()
+        missing = {b: why for b, why in hello["unavailable"].items() if b in self.settings.backends}
+        if missing:
+            raise ReplayError("; ".join(f"backend {b} is unavailable: {why}" for b, why in missing.items()))
+        if not hello.get("collector"):
+            raise ReplayError("a replay measures coverage: name a collector (python, llvm or module:Class)")
+        self.versions |= {k: str(v) for k, v in hello["versions"].items()}
+        self.universe = self.worker.universe()
+        self.covmap = VirginMap(len(self.universe))
+        filters = config.get("pass_filters")
+        if filters is None:
+            filters = list(PASS_FILTERS.get(self.universe.collector, ()))
+        self.pass_mask = self.universe.file_mask(filters)
+        self.clock = config["replay"]["clock"]
+        self.items = sum(s["items"] for s in config["replay"]["sources"])
+        config = config | {"versions": self.versions, "coverage": hello["collector"]}
+        self.run.create(config)
+        self.store = CorpusStore.create(self.run.root / "lmdb", config, self.versions, self.universe)
+        self._refresh()
+        self._t0 = time.monotonic()
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+
+    # -- one item ----------------------------------------------------------------------------
+    def replay(self, p: Planned, last: bool = False) -> None:
+        """Load, run and record one planned item; a broken one is listed and skipped."""
+        seed = test_seed(self.seed, p.test_id)
+        try:
+            loaded = p.item.load(seed)
+        except ReplayInputError as e:
+            self._broken(p.item, "unreadable", str(e))
+            return
+        rejected: list[dict[str, str]] = []
+        try:
+            if isinstance(loaded, NativeTest):
+                result = self._run_native(loaded)
+            else:
+                result, rejected = self._run_foreign(loaded)
+        except WorkerFault as e:  # nnsmith-cov's own error on this input: skip it, keep going
+            self.stats.faults += 1
+            self._broken(p.item, "fault", str(e).splitlines()[0])
+            return
+        for r in rejected:
+            self.rejected += 1
+            self._log_error({"source": p.item.origin, "kind": "rejected"} | r)
+            self.on_event(("rejected", p.item.origin, r))
+        self._finish(p, loaded, seed, result, last)
+
+    def _run_native(self, t: NativeTest) -> CaseResult:
+        if not t.values or t.oracle is None:
+            return run_test(self.worker, t.graph, t.seed, self.settings)  # searched again, as the campaign did
+        t0 = time.perf_counter()
+        prepared, finding = export_stored(self.worker, t.graph, t.seed, t.values, t.oracle, self.settings)
+        ms = {"prepare": (time.perf_counter() - t0) * 1e3} | prepared.ms
+        result = CaseResult("pass", prepared, [], ms, prepared.hits)
+        if finding is not None:
+            result.status, result.findings = "finding", [finding]
+            return result
+        return run_backends(self.worker, result, self.settings)
+
+    def _run_foreign(self, m: ForeignModel) -> tuple[CaseResult, list[dict[str, str]]]:
+        """Every backend at OPT (O0 after a failure); no oracle, so only crashes and hangs
+        are findings. An error at import is the backend refusing the model: listed, not filed."""
+        result = CaseResult("pass", None)
+        rejected = []
+        timeout = self.settings.timeout_s
+        for backend in self.settings.backends:
+            reply = run_onnx(self.worker, m.onnx, m.inputs, backend, "opt", timeout)
+            result.add_hits(reply.msg)
+            for stage, took in ((reply.msg or {}).get("ms") or {}).items():
+                result.ms[f"{backend}.{stage}"] = took
+            found = failure(backend, "opt", reply)
+            if found is None:
+                continue
+            if reply.msg is not None and found.stage == "import":
+                rejected.append({"backend": backend, "error": found.detail})
+                continue
+            if self.settings.localize and found.symptom != "hang":
+                again = run_onnx(self.worker, m.onnx, m.inputs, backend, "O0", timeout)
+                result.add_hits(again.msg)
+                found.localized = "optimization" if failure(backend, "O0", again) is None else "conversion"
+            result.findings.append(found)
+        if result.findings:
+            result.status = "finding"
+        elif rejected:
+            result.status = "rejected"
+        return result, rejected
+
+    def _finish(self, p: Planned, loaded: Loaded, seed: int, result: CaseResult, last: bool) -> None:
+        st = self.stats
+        assert self.covmap is not None and self.store is not None
+        st.tests += 1
+        st.restarts = self.worker.deaths
+        for stage, ms in result.ms.items():
+            st.stage_ms[stage].append(ms)
+        novelty = None
+        if result.hits is not None:
+            novelty = self.covmap.update(result.hits)
+            if novelty.interesting:
+                st.cov_tests += 1
+                st.last_new_s = st.elapsed()
+                self._refresh()
+        if result.status == "no-values":
+            st.no_values += 1
+        elif result.status in ("pass", "finding"):
+            st.executed += 1
+            st.passed += result.status == "pass"
+        headers = [self._file(f, p, loaded, seed, result) for f in result.findings]
+        elapsed = p.elapsed_s if p.elapsed_s is not None else time.monotonic() - self._t0
+        interesting = novelty is not None and novelty.interesting
+        entry = None
+        if interesting or headers:
+            entry = _entry(loaded, seed, result, novelty, headers, elapsed, with_hits=interesting)
+            st.corpus += interesting
+        row = None
+        if interesting or headers or last or p.test_id == 0:
+            row = TimelineRow(elapsed, p.tests, st.branches or 0, st.pass_branches or 0, st.corpus, st.findings.total())
+        self.store.commit(
+            p.test_id, entry, elapsed_s=elapsed, virgin=self.covmap if interesting else None, timeline=row
+        )
+        line = {"test": p.test_id, "source": p.item.origin, "kind": p.item.kind, "status": result.status}
+        line |= {"new_branches": novelty.new_branches if novelty else 0, "elapsed_s": round(elapsed, 3)}
+        with open(self.run.root / "replayed.jsonl", "a") as f:
+            f.write(json.dumps(line) + "\n")
+
+    def _file(self, finding: Finding, p: Planned, loaded: Loaded, seed: int, result: CaseResult) -> dict[str, Any]:
+        """Count, bundle (first of its signature) and log a finding; returns its log line."""
+        st = self.stats
+        st.findings[f"{finding.symptom}/{finding.stage}/{finding.backend}"] += 1
+        new = finding.signature not in st.signatures
+        st.signatures[finding.signature] += 1
+        path = self.run.bundle_path(finding)
+        bundle = None
+        if new:
+            meta: dict[str, Any] = {
+                "test": p.test_id,
+                "settings": self.settings.to_json(),
+                "versions": self.versions,
+                "replay_of": p.item.origin,
+            }
+            if isinstance(loaded, NativeTest):
+                prep = result.prepared
+                assert prep is not None
+                meta |= {"seed": loaded.seed, "search": prep.search, "draws": [list(d) for d in loaded.draws]}
+                bundle = write_bundle(path, finding, loaded.graph, prep.values, prep.oracle, prep.onnx, meta)
+            else:
+                meta |= {"seed": seed, "symbolic_dims": loaded.dims}
+                bundle = write_bundle(path, finding, None, loaded.inputs, None, loaded.onnx, meta)
+        line = {"test": p.test_id, "seed": _seed_of(loaded, seed)} | finding.header()
+        line |= {"new": new, "bundle": str(path.relative_to(self.run.root)), "source": p.item.origin}
+        self.run.log_finding(line)
+        self.on_event(("new" if new else "dup", finding, bundle))
+        return line
+
+    # -- bookkeeping ---------------------------------------------------------------------------
+    def _broken(self, item: Item, kind: str, error: str) -> None:
+        self.broken += 1
+        self._log_error({"source": item.origin, "kind": kind, "error": error})
+        self.on_event(("broken", item.origin, error))
+
+    def _log_error(self, line: dict[str, Any]) -> None:
+        with open(self.run.root / "replay-errors.jsonl", "a") as f:
+            f.write(json.dumps(line) + "\n")
+
+    def _refresh(self) -> None:
+        assert self.covmap is not None
+        st = self.stats
+        st.branches, st.pass_branches = self.covmap.count(), self.covmap.count(self.pass_mask)
+        st.universe = self.covmap.size
+
+    def summary(self) -> dict[str, Any]:
+        return {"items": self.items, "replayed": self.stats.tests, "broken": self.broken, "rejected": self.rejected}
+
+    def write_stats(self) -> None:
+        stats = {"schema": RUN_SCHEMA} | self.stats.to_json() | {"replay": self.summary() | {"clock": self.clock}}
+        self.run.write_json("stats.json", stats)
+
+
+def _seed_of(loaded: Loaded, seed: int) -> int:
+    return loaded.seed if isinstance(loaded, NativeTest) else seed
+
+
+def _entry(
+    loaded: Loaded,
+    seed: int,
+    result: CaseResult,
+    novelty: Novelty | None,
+    findings: list[dict[str, Any]],
+    elapsed_s: float,
+    with_hits: bool,
+) -> TestEntry:
+    """What the corpus keeps of a replayed item: with its hits when it brought new coverage."""
+    blobs: dict[str, bytes] = {}
+    if isinstance(loaded, NativeTest):
+        p = result.prepared
+        graph, gen, draws = loaded.graph.to_json(), loaded.gen, list(loaded.draws)
+        if p is not None:
+            blobs = prepared_blobs(p)
+    else:
+        graph, gen, draws = {}, {}, []
+        blobs["model.onnx"] = loaded.onnx
+        if loaded.inputs:
+            blobs["inputs.npz"] = npz_bytes(loaded.inputs)
+    record = TestRecord(
+        seed=_seed_of(loaded, seed),
+        status=result.status,
+        graph=graph,
+        gen=gen,
+        draws=draws,
+        timings={k: round(v, 3) for k, v in result.ms.items()},
+        elapsed_s=elapsed_s,
+        novelty=novelty,
+    )
+    hits = result.hits if with_hits else None
+    return TestEntry(record, hits, blobs, findings)
+
+
+def error_lines(run_root: Path) -> list[dict[str, Any]]:
+    """The lines of RUN/replay-errors.jsonl (empty when every input replayed)."""
+    try:
+        text = (run_root / "replay-errors.jsonl").read_text()
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in text.splitlines() if line.strip()]

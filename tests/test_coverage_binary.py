@@ -1,0 +1,162 @@
+"""The binary collector: Frida Stalker block coverage of ORT's prebuilt module, driven from the parent."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import numpy as np
+import pytest
+
+from nnsmith_cov.campaign.protocol import decode_arrays, encode_arrays
+from nnsmith_cov.campaign.worker_handle import WorkerHandle, WorkerStartError
+from nnsmith_cov.coverage.binary_symbols import block_hash, read_layout
+from nnsmith_cov.coverage.covmap import Hits
+
+pytest.importorskip("frida", reason="the frida package is not installed")
+pytest.importorskip("onnxruntime", reason="onnxruntime is not installed")
+
+
+def _model(kind: str) -> tuple[bytes, dict[str, np.ndarray]]:
+    """Small fixed models that exercise different parts of ORT."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
+    info = helper.make_tensor_value_info
+    if kind == "add":
+        nodes = [helper.make_node("Add", ["x", "x"], ["a"]), helper.make_node("Relu", ["a"], ["y"])]
+        inits = []
+    elif kind == "conv":
+        w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+        nodes = [
+            helper.make_node("Conv", ["x", "w"], ["c"]),
+            helper.make_node("Sigmoid", ["c"], ["s"]),
+            helper.make_node("Mul", ["c", "s"], ["y"]),
+        ]
+        inits = [numpy_helper.from_array(w, "w")]
+    else:  # "reduce"
+        nodes = [
+            helper.make_node("ReduceMax", ["x"], ["m"], keepdims=0, axes=[2, 3]),
+            helper.make_node("Softmax", ["m"], ["y"], axis=1),
+        ]
+        inits = []
+    graph = helper.make_graph(
+        nodes, kind, [info("x", TensorProto.FLOAT, list(x.shape))], [info("y", TensorProto.FLOAT, None)], inits
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model.SerializeToString(), {"x": x}
+
+
+def _run(worker: WorkerHandle, kind: str) -> tuple[set[int], dict[str, np.ndarray]]:
+    onnx_bytes, inputs = _model(kind)
+    request = {"kind": "run", "backend": "ort", "opt": "opt", "onnx": onnx_bytes, "inputs": encode_arrays(inputs)}
+    reply = worker.call(request, 120)
+    assert reply.msg is not None and reply.msg["kind"] == "outputs", reply
+    return set(Hits.from_wire(reply.msg["hits"]).index.tolist()), decode_arrays(reply.msg["outputs"])
+
+
+@pytest.fixture(scope="module")
+def worker(tmp_path_factory: pytest.TempPathFactory):
+    w = WorkerHandle(["ort"], tmp_path_factory.mktemp("binary") / "worker.log", collector="binary")
+    try:
+        w.start()
+    except WorkerStartError as e:
+        if "cannot attach" in str(e):
+            pytest.skip(f"frida cannot attach here: {e}")
+        raise
+    yield w
+    w.close()
+
+
+def test_different_models_reach_different_blocks(worker: WorkerHandle) -> None:
+    add, _ = _run(worker, "add")
+    conv, _ = _run(worker, "conv")
+    assert add and conv
+    assert add != conv
+    assert conv - add  # the convolution's kernels are blocks the Add model never runs
+
+
+def test_same_model_twice_same_blocks_after_masking(worker: WorkerHandle) -> None:
+    runs = [_run(worker, "reduce")[0] for _ in range(4)]
+    masked = set(worker.unstable.tolist())
+    # Calibration masks flickering blocks (and the occasional ~1.7k-block burst of ORT's
+    # environment probing), not the model's own.
+    assert len(masked) < 0.25 * len(runs[0])
+    stable = [r - masked for r in runs]
+    assert all(s == stable[0] for s in stable[1:])
+    assert stable[0]
+
+
+def test_outputs_under_the_collector_equal_native(worker: WorkerHandle) -> None:
+    from nnsmith_cov.backends.ort import run_session, session
+
+    for kind in ("add", "conv", "reduce"):
+        onnx_bytes, inputs = _model(kind)
+        native = run_session(session(onnx_bytes, optimize=True), inputs)
+        _, measured = _run(worker, kind)
+        assert measured.keys() == native.keys()
+        for name in native:
+            assert measured[name].tobytes() == native[name].tobytes(), (kind, name)
+
+
+def test_killed_worker_is_replaced_and_reattached(worker: WorkerHandle) -> None:
+    _run(worker, "conv")
+    before, _ = _run(worker, "conv")
+    ident = worker.ready["collector"]["ident"]
+    onnx_bytes, inputs = _model("conv")
+    os.kill(worker.proc.pid, signal.SIGKILL)  # dies with the request in flight
+    request = {"kind": "run", "backend": "ort", "opt": "opt", "onnx": onnx_bytes, "inputs": encode_arrays(inputs)}
+    dead = worker.call(request, 60)
+    assert dead.msg is None and dead.died is not None
+    assert worker.attachment is None  # the old session went with the old worker
+    _run(worker, "conv")  # a fresh worker, attached anew
+    after, _ = _run(worker, "conv")
+    assert worker.attachment is not None and worker.starts >= 2
+    assert worker.ready["collector"]["ident"] == ident  # the same numbering: the map stays valid
+    assert len(before ^ after) <= 0.01 * len(before)
+
+
+@pytest.mark.parametrize(
+    "target, says",
+    [("libno_such_module_here*.so", "no module matches"), ("{tmp}/fake.so", "not an ELF file")],
+)
+def test_missing_or_unsupported_module_is_one_line(tmp_path, target: str, says: str) -> None:
+    (tmp_path / "fake.so").write_text("not a shared object\n")
+    w = WorkerHandle(["ort"], tmp_path / "w.log", collector="binary", cov_targets=[target.format(tmp=tmp_path)])
+    with pytest.raises(WorkerStartError) as e:
+        w.start()
+    w.close()
+    assert says in str(e.value) and "\n" not in str(e.value)
+
+
+def test_slot_of_matches_the_layout() -> None:
+    import glob
+
+    import onnxruntime
+
+    path = glob.glob(os.path.join(os.path.dirname(onnxruntime.__file__), "capi", "onnxruntime_pybind11_state*"))[0]
+    layout = read_layout(path)
+    f = len(layout.start) // 2
+    inside = layout.start[f] + np.arange(0, int(layout.length[f]), dtype=np.uint64)
+    slots = layout.slot_of(inside)
+    lo, hi = int(layout.slot_base[f]), int(layout.slot_base[f] + layout.slot_mask[f])
+    assert ((slots >= lo) & (slots <= hi)).all()
+    expect = lo + (block_hash(np.arange(len(inside))) & layout.slot_mask[f]).astype(np.int64)
+    assert (slots == expect).all()
+    assert layout.slot_of(np.array([0], np.uint64))[0] == -1  # the ELF header is no function
+    u = layout.universe()
+    assert len(u) == layout.slots and int(u.line[lo]) == int(layout.start[f])
+
+
+def test_self_check_refuses_a_changed_bit() -> None:
+    from nnsmith_cov.coverage.self_check import compare_runs
+
+    native = {"y": np.array([1.0, 2.0, 3.0], np.float32)}
+    same = {"y": native["y"].copy()}
+    nudged = {"y": np.nextafter(native["y"], np.float32(9))}
+    assert compare_runs(native, [same, same]) is None
+    problem = compare_runs(native, [same, nudged])
+    assert problem is not None and "run 2" in problem and "\n" not in problem
+    assert compare_runs(native, [{}]) is not None
