@@ -16,6 +16,7 @@ Native (llvm) collection of a real graph optimizer: scripts/bench_coverage_llvm.
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import tempfile
 import time
@@ -30,10 +31,10 @@ from nnsmith_cov.campaign.worker_handle import WorkerHandle
 from nnsmith_cov.coverage.collector import PASS_FILTERS
 from nnsmith_cov.coverage.covmap import Hits, VirginMap
 from nnsmith_cov.coverage.python_collector import PythonCollector
-from nnsmith_cov.gen.generator import GenConfig, GenerationError, generate
+from nnsmith_cov.gen.generator import GenConfig
 from nnsmith_cov.materialize.model_dir import materialize_and_export
 from nnsmith_cov.ops import ALL_OPS
-from nnsmith_cov.search.gradient import search_values
+from nnsmith_cov.search.valid_graphs import valid_graphs
 
 
 def tvm_ops() -> list:
@@ -49,17 +50,8 @@ def tvm_ops() -> list:
 
 def models(count: int, nodes: int, seed: int) -> list:
     cfg = GenConfig(nodes=nodes, ops=tvm_ops())
-    out, s = [], seed
-    while len(out) < count:
-        s += 1
-        try:
-            graph = generate(cfg, s).graph
-        except GenerationError:
-            continue
-        search = search_values(graph, s)
-        if search.ok:
-            out.append((graph, search.values, search.oracle))
-    return out
+    found = valid_graphs(cfg, seed)
+    return [(graph, search.values, search.oracle) for _, graph, search in itertools.islice(found, count)]
 
 
 def main() -> None:

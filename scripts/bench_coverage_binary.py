@@ -29,25 +29,19 @@ from nnsmith_cov.campaign.protocol import encode_arrays
 from nnsmith_cov.campaign.worker_handle import WorkerHandle
 from nnsmith_cov.coverage.collector import PASS_FILTERS
 from nnsmith_cov.coverage.covmap import Hits, VirginMap
-from nnsmith_cov.gen.generator import GenConfig, GenerationError, generate
+from nnsmith_cov.gen.generator import GenConfig
 from nnsmith_cov.materialize.model_dir import materialize_and_export
 from nnsmith_cov.ops import ALL_OPS
-from nnsmith_cov.search.gradient import search_values
+from nnsmith_cov.search.valid_graphs import valid_graphs
 
 
 def models(worker: WorkerHandle, count: int, nodes: int, seed: int) -> list[tuple[bytes, dict[str, np.ndarray]]]:
     tables = load_or_probe(worker, ["ort"], ALL_OPS, default_cache_dir())
     cfg = GenConfig(nodes=nodes, ops=restrict_ops(ALL_OPS, tables.values()))
-    out, s = [], seed
-    while len(out) < count:
-        s += 1
-        try:
-            graph = generate(cfg, s).graph
-        except GenerationError:
-            continue
-        search = search_values(graph, s)
-        if not search.ok:
-            continue
+    out = []
+    for _, graph, search in valid_graphs(cfg, seed):
+        if len(out) == count:
+            break
         try:
             onnx_bytes = materialize_and_export(graph, search.values).onnx
         except Exception:  # an export finding: not what this benchmark measures
