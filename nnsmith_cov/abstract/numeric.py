@@ -123,33 +123,18 @@ hardsigmoid = proxy(F.hardsigmoid, lambda x: torch.where(x.abs() < 3, 1 / 6, ALP
 hardswish = proxy(F.hardswish, lambda x: torch.where(x > 3, 1.0, ((2 * x + 3) / 6).clamp(min=ALPHA)))
 
 
-class _Rising(torch.autograd.Function):
-    """y = fn(x) for an increasing (or increasing-in-trend) elementwise fn; where its true
-    derivative is not positive (underflowed to 0 in saturation, or negative on a dip
-    such as Gelu's below -0.75), the derivative is ALPHA."""
+def rising(fn):
+    """`fn` (increasing, or increasing in trend) with derivative ALPHA wherever its true
+    derivative is not positive: underflowed to 0 in saturation, or negative on a dip such
+    as Gelu's below -0.75."""
 
-    @staticmethod
-    def forward(ctx, x, fn):  # type: ignore[override]
-        ctx.save_for_backward(x)
-        ctx.fn = fn
-        return fn(x)
-
-    @staticmethod
-    def backward(ctx, grad):  # type: ignore[override]
-        (x,) = ctx.saved_tensors
+    def slope(x: torch.Tensor) -> torch.Tensor:
         with torch.enable_grad():
             t = x.detach().requires_grad_(True)
-            (d,) = torch.autograd.grad(ctx.fn(t).sum(), t)
-        return grad * torch.where(d > 0, d, torch.full_like(d, ALPHA)), None
+            (d,) = torch.autograd.grad(fn(t).sum(), t)
+        return torch.where(d > 0, d, torch.full_like(d, ALPHA))
 
-
-def rising(fn):
-    """`fn` with derivative ALPHA wherever its true derivative is zero or negative."""
-
-    def apply(x: torch.Tensor) -> torch.Tensor:
-        return _Rising.apply(x, fn) if x.requires_grad else fn(x)
-
-    return apply
+    return proxy(fn, slope)
 
 
 def softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
