@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,9 +71,15 @@ class CaseResult:
 
     def add_hits(self, msg: dict[str, Any] | None) -> None:
         """Add the hits a worker reply carries (none when the worker died mid-request)."""
-        if msg and msg.get("hits") is not None:
-            more = Hits.from_wire(msg["hits"])
+        more = _hits(msg or {})
+        if more is not None:
             self.hits = more if self.hits is None else self.hits + more
+
+    def add_run(self, backend: str, reply: Reply) -> None:
+        """Account one backend run at OPT: its hits and its stage timings."""
+        self.add_hits(reply.msg)
+        for stage, took in ((reply.msg or {}).get("ms") or {}).items():
+            self.ms[f"{backend}.{stage}"] = took
 
 
 def prepare(worker: WorkerHandle, graph: GraphIR, seed: int, settings: CaseSettings) -> tuple[Prepared, Finding | None]:
@@ -88,14 +95,9 @@ def prepare(worker: WorkerHandle, graph: GraphIR, seed: int, settings: CaseSetti
         msg.get("onnx"),
         msg.get("search"),
         msg.get("ms") or {},
-        Hits.from_wire(msg["hits"]) if msg.get("hits") is not None else None,
+        _hits(msg),
     )
-    if reply.msg is None:
-        return prepared, _death("torch", reply.stage or "reference", "-", reply)
-    error = msg.get("error")
-    if error is not None:
-        return prepared, _error("torch", "-", error)
-    return prepared, None
+    return prepared, _torch_failure(reply, "reference")
 
 
 def export_stored(
@@ -111,13 +113,22 @@ def export_stored(
     request = {"kind": "export", "graph": graph.to_json(), "values": encode_arrays(values)}
     reply = worker.call(request, settings.timeout_s)
     msg = reply.msg or {}
-    hits = Hits.from_wire(msg["hits"]) if msg.get("hits") is not None else None
-    prepared = Prepared(graph, seed, values, oracle, msg.get("onnx"), None, msg.get("ms") or {}, hits)
+    prepared = Prepared(graph, seed, values, oracle, msg.get("onnx"), None, msg.get("ms") or {}, _hits(msg))
+    return prepared, _torch_failure(reply, "export")
+
+
+def _hits(msg: dict[str, Any]) -> Hits | None:
+    return Hits.from_wire(msg["hits"]) if msg.get("hits") is not None else None
+
+
+def _torch_failure(reply: Reply, stage: str) -> Finding | None:
+    """The PyTorch finding a prepare/export reply stands for: a death or hang (at `stage`
+    unless the worker said where), or the error it reports; None when it went through."""
     if reply.msg is None:
-        return prepared, _death("torch", reply.stage or "export", "-", reply)
-    if msg.get("error") is not None:
-        return prepared, _error("torch", "-", msg["error"])
-    return prepared, None
+        return _death("torch", reply.stage or stage, "-", reply)
+    if reply.msg.get("error") is not None:
+        return _error("torch", "-", reply.msg["error"])
+    return None
 
 
 def run_onnx(
@@ -169,9 +180,17 @@ def judge(prepared: Prepared, backend: str, opt: str, reply: Reply, settings: Ca
 
 def run_test(worker: WorkerHandle, graph: GraphIR, seed: int, settings: CaseSettings) -> CaseResult:
     """Search, export, then each backend at OPT (and at O0 when OPT fails)."""
+    return run_prepared(worker, settings, lambda: prepare(worker, graph, seed, settings))
+
+
+def run_prepared(
+    worker: WorkerHandle, settings: CaseSettings, prep: Callable[[], tuple[Prepared, Finding | None]]
+) -> CaseResult:
+    """`prep` (`prepare`, or `export_stored` for a replay), then `run_backends` unless it
+    ended in a finding or without values."""
     ms: dict[str, float] = {}
     t0 = time.perf_counter()
-    prepared, finding = prepare(worker, graph, seed, settings)
+    prepared, finding = prep()
     ms["prepare"] = (time.perf_counter() - t0) * 1e3
     ms |= prepared.ms
     result = CaseResult("pass", prepared, [], ms, prepared.hits)
@@ -190,9 +209,7 @@ def run_backends(worker: WorkerHandle, result: CaseResult, settings: CaseSetting
     assert prepared is not None and prepared.oracle is not None
     for backend in settings.backends:
         reply = run_backend(worker, prepared, backend, "opt", settings.timeout_s)
-        result.add_hits(reply.msg)
-        for stage, took in ((reply.msg or {}).get("ms") or {}).items():
-            ms[f"{backend}.{stage}"] = took
+        result.add_run(backend, reply)
         t1 = time.perf_counter()
         finding = judge(prepared, backend, "opt", reply, settings)
         ms[f"{backend}.compare"] = (time.perf_counter() - t1) * 1e3

@@ -210,8 +210,7 @@ class Worker:
 
     def prepare(self, msg: dict[str, Any], covered: bool = True) -> dict[str, Any]:
         from nnsmith_cov.gen.graph_ir import GraphIR
-        from nnsmith_cov.materialize.model_dir import materialize_and_export, value_arrays
-        from nnsmith_cov.materialize.onnx_export import ExportError
+        from nnsmith_cov.materialize.model_dir import value_arrays
         from nnsmith_cov.materialize.torch_module import output_name
         from nnsmith_cov.ops import is_op
         from nnsmith_cov.search.gradient import search_values
@@ -229,37 +228,44 @@ class Worker:
         if not search.ok:
             return reply | {"error": None}
         reply["oracle"] = encode_arrays({output_name(v): a for v, a in search.oracle.items()})
-        self.stage("export")
-        t1 = time.perf_counter()
-        try:
-            with self.covered(reply, covered):
-                reply["onnx"] = materialize_and_export(graph, search.values).onnx
-        except ExportError as e:
-            return reply | {"error": error_record("export", e)}
-        reply["ms"] = {"search": (t1 - t0) * 1e3, "export": (time.perf_counter() - t1) * 1e3}
-        return reply | {"error": None}
+        search_ms = (time.perf_counter() - t0) * 1e3
+        export_ms = self._export_into(reply, graph, search.values, covered)
+        if export_ms is None:
+            return reply
+        return reply | {"ms": {"search": search_ms, "export": export_ms}, "error": None}
 
     def export(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Export a graph with the values it was stored with (a replay): no search, so the
         model is the stored one even where another PyTorch would search differently."""
         from nnsmith_cov.gen.graph_ir import GraphIR
-        from nnsmith_cov.materialize.model_dir import materialize_and_export
-        from nnsmith_cov.materialize.onnx_export import ExportError
-        from nnsmith_cov.materialize.torch_module import input_name, weight_name
+        from nnsmith_cov.materialize.model_dir import leaf_values
         from nnsmith_cov.ops import is_op
 
         graph = GraphIR.from_json(msg["graph"], known_op=is_op)
-        named = decode_arrays(msg["values"])
-        values = {v: named[input_name(v)] for v in graph.inputs} | {v: named[weight_name(v)] for v in graph.weights}
+        values = leaf_values(graph, decode_arrays(msg["values"]))
         reply: dict[str, Any] = {"kind": "prepared", "onnx": None}
+        export_ms = self._export_into(reply, graph, values)
+        if export_ms is None:
+            return reply
+        return reply | {"ms": {"export": export_ms}, "error": None}
+
+    def _export_into(
+        self, reply: dict[str, Any], graph: Any, values: dict[int, Any], covered: bool = True
+    ) -> float | None:
+        """Export `graph` with `values` (measured) into reply["onnx"]; the time it took in ms,
+        or None after an export error, which is then in reply["error"]."""
+        from nnsmith_cov.materialize.model_dir import materialize_and_export
+        from nnsmith_cov.materialize.onnx_export import ExportError
+
         self.stage("export")
         t0 = time.perf_counter()
         try:
-            with self.covered(reply):
+            with self.covered(reply, covered):
                 reply["onnx"] = materialize_and_export(graph, values).onnx
         except ExportError as e:
-            return reply | {"error": error_record("export", e)}
-        return reply | {"ms": {"export": (time.perf_counter() - t0) * 1e3}, "error": None}
+            reply["error"] = error_record("export", e)
+            return None
+        return (time.perf_counter() - t0) * 1e3
 
     def run(self, msg: dict[str, Any], covered: bool = True) -> dict[str, Any]:
         from nnsmith_cov.backends.base import BackendError, Opt

@@ -58,10 +58,18 @@ def load_npz(path: Path) -> dict[str, np.ndarray]:
         return {k: z[k] for k in z.files}
 
 
+def leaf_names(graph: GraphIR) -> dict[int, str]:
+    """The name each input and weight has in inputs.npz and on the wire."""
+    return {v: input_name(v) for v in graph.inputs} | {v: weight_name(v) for v in graph.weights}
+
+
 def value_arrays(graph: GraphIR, values: dict[int, np.ndarray]) -> dict[str, np.ndarray]:
-    named = {input_name(v): values[v] for v in graph.inputs}
-    named.update({weight_name(v): values[v] for v in graph.weights})
-    return named
+    return {name: values[v] for v, name in leaf_names(graph).items()}
+
+
+def leaf_values(graph: GraphIR, named: dict[str, np.ndarray]) -> dict[int, np.ndarray]:
+    """The inverse of `value_arrays` (KeyError for a missing name)."""
+    return {v: named[name] for v, name in leaf_names(graph).items()}
 
 
 def write_model_dir(

@@ -30,8 +30,8 @@ from nnsmith_cov.campaign.testcase import (
     CaseSettings,
     export_stored,
     failure,
-    run_backends,
     run_onnx,
+    run_prepared,
     run_test,
 )
 from nnsmith_cov.campaign.worker_handle import WorkerFault, WorkerHandle
@@ -205,14 +205,11 @@ class Replayer:
     def _run_native(self, t: NativeTest) -> CaseResult:
         if not t.values or t.oracle is None:
             return run_test(self.worker, t.graph, t.seed, self.settings)  # searched again, as the campaign did
-        t0 = time.perf_counter()
-        prepared, finding = export_stored(self.worker, t.graph, t.seed, t.values, t.oracle, self.settings)
-        ms = {"prepare": (time.perf_counter() - t0) * 1e3} | prepared.ms
-        result = CaseResult("pass", prepared, [], ms, prepared.hits)
-        if finding is not None:
-            result.status, result.findings = "finding", [finding]
-            return result
-        return run_backends(self.worker, result, self.settings)
+        return run_prepared(
+            self.worker,
+            self.settings,
+            lambda: export_stored(self.worker, t.graph, t.seed, t.values, t.oracle, self.settings),
+        )
 
     def _run_foreign(self, m: ForeignModel) -> tuple[CaseResult, list[dict[str, str]]]:
         """Every backend at OPT (O0 after a failure); no oracle, so only crashes and hangs
@@ -222,9 +219,7 @@ class Replayer:
         timeout = self.settings.timeout_s
         for backend in self.settings.backends:
             reply = run_onnx(self.worker, m.onnx, m.inputs, backend, "opt", timeout)
-            result.add_hits(reply.msg)
-            for stage, took in ((reply.msg or {}).get("ms") or {}).items():
-                result.ms[f"{backend}.{stage}"] = took
+            result.add_run(backend, reply)
             found = failure(backend, "opt", reply)
             if found is None:
                 continue

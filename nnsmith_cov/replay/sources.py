@@ -26,6 +26,7 @@ import numpy as np
 from nnsmith_cov.corpus.records import CorpusError
 from nnsmith_cov.corpus.store import CorpusStore
 from nnsmith_cov.gen.graph_ir import GraphIR, GraphIRError
+from nnsmith_cov.materialize.model_dir import leaf_names
 from nnsmith_cov.ops import is_op
 from nnsmith_cov.replay.foreign import ForeignModel, read_foreign
 
@@ -242,7 +243,7 @@ def _native(
 ) -> NativeTest:
     if values:
         # Partial values cannot be exported (the worker would fault on the missing names).
-        need = {f"i{v}" for v in graph.inputs} | {f"w{v}" for v in graph.weights}
+        need = set(leaf_names(graph).values())
         missing = sorted(need - set(values))
         if missing:
             raise ReplayInputError(f"{where}: stored values lack {', '.join(missing[:4])}")
