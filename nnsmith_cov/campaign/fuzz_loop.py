@@ -8,7 +8,7 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,8 +24,8 @@ from nnsmith_cov.campaign.worker_handle import WorkerFault, WorkerHandle, Worker
 from nnsmith_cov.corpus.records import CorpusError, TestEntry, TestRecord, TimelineRow
 from nnsmith_cov.corpus.seeds import Seed, SeedPool
 from nnsmith_cov.corpus.store import CorpusStore
-from nnsmith_cov.coverage.collector import PASS_FILTERS
-from nnsmith_cov.coverage.covmap import Novelty, VirginMap
+from nnsmith_cov.coverage.collector import pass_filters
+from nnsmith_cov.coverage.covmap import Hits, Novelty, VirginMap
 from nnsmith_cov.coverage.universe import Universe
 from nnsmith_cov.feedback.scheduler import Proposal, Scheduler
 from nnsmith_cov.gen.generator import GenConfig, Generated, GenerationError, GenRecord, generate
@@ -98,6 +98,26 @@ class RunStats:
     def elapsed(self) -> float:
         """Campaign time: this process's run plus what a resumed campaign had before."""
         return self.resumed_s + time.monotonic() - self.started
+
+    def count_finding(self, header: Mapping[str, Any]) -> bool:
+        """Count a finding by its header (`Finding.header()`); True when its signature is new."""
+        self.findings[f"{header['symptom']}/{header['stage']}/{header['backend']}"] += 1
+        new = header["signature"] not in self.signatures
+        self.signatures[header["signature"]] += 1
+        return new
+
+    def refresh_coverage(self, covmap: VirginMap, pass_mask: np.ndarray | None) -> None:
+        self.branches, self.pass_branches = covmap.count(), covmap.count(pass_mask)
+        self.universe = covmap.size
+
+    def fold_hits(self, covmap: VirginMap, pass_mask: np.ndarray | None, hits: Hits) -> Novelty:
+        """Fold one test's hits into the map and these counters."""
+        novelty = covmap.update(hits)
+        if novelty.interesting:
+            self.cov_tests += 1
+            self.last_new_s = self.elapsed()
+            self.refresh_coverage(covmap, pass_mask)
+        return novelty
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -181,10 +201,7 @@ class Fuzzer:
         if coverage:
             self.universe = self.worker.universe()
             self.covmap = VirginMap(len(self.universe))
-            filters = self.cfg.pass_filters
-            if filters is None:
-                filters = list(PASS_FILTERS.get(self.universe.collector, ()))
-            self.pass_mask = self.universe.file_mask(filters)
+            self.pass_mask = self.universe.file_mask(pass_filters(self.universe.collector, self.cfg.pass_filters))
         config = self.cfg.to_json() | {"versions": self.versions, "coverage": coverage}
         if self.covmap is not None and self.cfg.generator == "nnsmith":  # seeds regrow nnsmith's draws only
             self.seeds = SeedPool(self.covmap.size)
@@ -231,15 +248,12 @@ class Fuzzer:
         except (OSError, ValueError, KeyError, TypeError):
             pass
         for _, header in self.store.findings():
-            st.findings[f"{header['symptom']}/{header['stage']}/{header['backend']}"] += 1
-            st.signatures[header["signature"]] += 1
+            st.count_finding(header)
         self._next_point = st.elapsed()
 
     def _refresh_coverage(self) -> None:
         if self.covmap is not None:
-            st = self.stats
-            st.branches, st.pass_branches = self.covmap.count(), self.covmap.count(self.pass_mask)
-            st.universe = self.covmap.size
+            self.stats.refresh_coverage(self.covmap, self.pass_mask)
 
     def close(self) -> None:
         if self.store is not None:
@@ -385,19 +399,11 @@ class Fuzzer:
         """Fold a finished test's hits into the map (a worker that died mid-request sent none)."""
         if self.covmap is None or result.hits is None:
             return None
-        novelty = self.covmap.update(result.hits)
-        if novelty.interesting:
-            st = self.stats
-            st.cov_tests += 1
-            st.last_new_s = st.elapsed()
-            self._refresh_coverage()
-        return novelty
+        return self.stats.fold_hits(self.covmap, self.pass_mask, result.hits)
 
     def file(self, finding: Finding, k: int, gen: Generated, result: CaseResult) -> dict[str, Any]:
         """Count, bundle (first of its signature) and log a finding; returns its log line."""
-        self.stats.findings[f"{finding.symptom}/{finding.stage}/{finding.backend}"] += 1
-        new = finding.signature not in self.stats.signatures
-        self.stats.signatures[finding.signature] += 1
+        new = self.stats.count_finding(finding.header())
         bundle = None
         if new:  # one bundle per signature; duplicates are counted in findings.jsonl
             p = result.prepared

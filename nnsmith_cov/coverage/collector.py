@@ -56,6 +56,12 @@ PASS_FILTERS: dict[str, tuple[str, ...]] = {
     "binary": ("onnxruntime/core/optimizer/",),
 }
 
+
+def pass_filters(collector: str, given: Sequence[str] | None = None) -> list[str]:
+    """The pass-only filters in force: `given` when set, else the collector's defaults."""
+    return list(given) if given is not None else list(PASS_FILTERS.get(collector, ()))
+
+
 BUILTIN = {
     "python": "nnsmith_cov.coverage.python_collector:PythonCollector",
     "llvm": "nnsmith_cov.coverage.llvm_collector:LlvmCollector",

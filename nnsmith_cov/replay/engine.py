@@ -37,7 +37,7 @@ from nnsmith_cov.campaign.testcase import (
 from nnsmith_cov.campaign.worker_handle import WorkerFault, WorkerHandle
 from nnsmith_cov.corpus.records import TestEntry, TestRecord, TimelineRow
 from nnsmith_cov.corpus.store import CorpusStore
-from nnsmith_cov.coverage.collector import PASS_FILTERS
+from nnsmith_cov.coverage.collector import pass_filters
 from nnsmith_cov.coverage.covmap import Novelty, VirginMap
 from nnsmith_cov.coverage.universe import Universe
 from nnsmith_cov.gen.generator import GenConfig
@@ -160,16 +160,13 @@ class Replayer:
         self.versions |= {k: str(v) for k, v in hello["versions"].items()}
         self.universe = self.worker.universe()
         self.covmap = VirginMap(len(self.universe))
-        filters = config.get("pass_filters")
-        if filters is None:
-            filters = list(PASS_FILTERS.get(self.universe.collector, ()))
-        self.pass_mask = self.universe.file_mask(filters)
+        self.pass_mask = self.universe.file_mask(pass_filters(self.universe.collector, config.get("pass_filters")))
         self.clock = config["replay"]["clock"]
         self.items = sum(s["items"] for s in config["replay"]["sources"])
         config = config | {"versions": self.versions, "coverage": hello["collector"]}
         self.run.create(config)
         self.store = CorpusStore.create(self.run.root / "lmdb", config, self.versions, self.universe)
-        self._refresh()
+        self.stats.refresh_coverage(self.covmap, self.pass_mask)
         self._t0 = time.monotonic()
 
     def close(self) -> None:
@@ -244,13 +241,7 @@ class Replayer:
         st.restarts = self.worker.deaths
         for stage, ms in result.ms.items():
             st.stage_ms[stage].append(ms)
-        novelty = None
-        if result.hits is not None:
-            novelty = self.covmap.update(result.hits)
-            if novelty.interesting:
-                st.cov_tests += 1
-                st.last_new_s = st.elapsed()
-                self._refresh()
+        novelty = None if result.hits is None else st.fold_hits(self.covmap, self.pass_mask, result.hits)
         if result.status == "no-values":
             st.no_values += 1
         elif result.status in ("pass", "finding"):
@@ -277,9 +268,7 @@ class Replayer:
     def _file(self, finding: Finding, p: Planned, loaded: Loaded, seed: int, result: CaseResult) -> dict[str, Any]:
         """Count, bundle (first of its signature) and log a finding; returns its log line."""
         st = self.stats
-        st.findings[f"{finding.symptom}/{finding.stage}/{finding.backend}"] += 1
-        new = finding.signature not in st.signatures
-        st.signatures[finding.signature] += 1
+        new = st.count_finding(finding.header())
         path = self.run.bundle_path(finding)
         bundle = None
         if new:
@@ -312,12 +301,6 @@ class Replayer:
     def _log_error(self, line: dict[str, Any]) -> None:
         with open(self.run.root / "replay-errors.jsonl", "a") as f:
             f.write(json.dumps(line) + "\n")
-
-    def _refresh(self) -> None:
-        assert self.covmap is not None
-        st = self.stats
-        st.branches, st.pass_branches = self.covmap.count(), self.covmap.count(self.pass_mask)
-        st.universe = self.covmap.size
 
     def summary(self) -> dict[str, Any]:
         return {"items": self.items, "replayed": self.stats.tests, "broken": self.broken, "rejected": self.rejected}

@@ -15,7 +15,7 @@ import numpy as np
 
 from nnsmith_cov.corpus.records import CorpusError
 from nnsmith_cov.corpus.store import CorpusStore
-from nnsmith_cov.coverage.collector import PASS_FILTERS
+from nnsmith_cov.coverage.collector import pass_filters
 from nnsmith_cov.coverage.universe import Universe
 from nnsmith_cov.report.model import Campaign, Curve, ReportError
 from nnsmith_cov.report.opstats import OpTally
@@ -152,7 +152,7 @@ def _filters(given: Sequence[str] | None, stored: object, collector: str) -> lis
         return list(given)
     if isinstance(stored, list) and all(isinstance(s, str) for s in stored):
         return list(stored)
-    return list(PASS_FILTERS.get(collector, ()))
+    return pass_filters(collector)
 
 
 def _curve(
