@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -15,11 +16,11 @@ from nnsmith_cov.abstract import numeric as num
 from nnsmith_cov.abstract.dtype import DType
 from nnsmith_cov.abstract.op import Attrs, OpSpec
 from nnsmith_cov.abstract.tensor import TensorType
+from nnsmith_cov.gen.feasibility import analyze, prove_infeasible
 from nnsmith_cov.gen.generator import GenConfig, generate
 from nnsmith_cov.gen.graph_ir import GraphIR, Inst
 from nnsmith_cov.materialize.torch_module import GraphModule, input_tensors
 from nnsmith_cov.ops import ALL_OPS, op_by_name
-from nnsmith_cov.search.feasibility import analyze, prove_infeasible
 from nnsmith_cov.search.gradient import MaskedAdam, search_values
 from nnsmith_cov.search.relaxed import Runner
 
@@ -421,3 +422,93 @@ def test_oracle_equals_the_plain_module_outputs():
                 assert r.oracle[v].dtype == env[v].numpy().dtype
                 assert r.oracle[v].tobytes() == env[v].numpy().tobytes(), (seed, v)
     assert found >= 24
+
+
+def test_constant_inputs_are_folded_into_a_proof():
+    # Less(x, x) is False everywhere; Not, a cast and Neg of it are -1 everywhere: Log of it
+    # is NaN whatever x holds, which only computing the constants shows.
+    b = ((4,), BOOL)
+    g = _net(
+        [V4],
+        [
+            ("Less", {}, (0, 0), b),
+            ("Not", {}, (1,), b),
+            ("CastF32", {}, (2,), V4),
+            ("Neg", {}, (3,), V4),
+            ("Log", {}, (4,), V4),
+        ],
+    )
+    reason = prove_infeasible(g)
+    assert reason is not None and reason.startswith("Log <- Less(x, x)")
+    _, ranges = analyze(_net([V4], [("Less", {}, (0, 0), b), ("Not", {}, (1,), b), ("CastF32", {}, (2,), V4)]))
+    assert (ranges[3].lo, ranges[3].hi, ranges[3].forced) == (1.0, 1.0, frozenset({1.0}))
+
+
+def test_a_zero_factor_makes_a_zero_divisor():
+    one = ((1,), F32)
+    body = [("LogSoftmax", {"dim": 0}, (0,), one), ("Mul", {}, (0, 1), one), ("Reciprocal", {}, (2,), one)]
+    reason = prove_infeasible(_net([one], body))
+    assert reason is not None and "LogSoftmax over a size-1 dim" in reason
+    body[1] = ("Add", {}, (0, 1), one)  # x + 0 is not a zero
+    assert prove_infeasible(_net([one], body)) is None
+
+
+def test_generator_drops_graphs_proven_without_valid_values():
+    cfg = GenConfig(nodes=30, ops=ALL_OPS, feasible_attempts=0)
+    seed = next(s for s in range(200) if prove_infeasible(generate(cfg, s).graph) is not None)
+    kept = generate(cfg, seed)
+    assert kept.record.stream == 0 and kept.record.infeasible == []
+    fixed = generate(dataclasses.replace(cfg, feasible_attempts=8), seed)
+    assert fixed.record.stream >= 1 and len(fixed.record.infeasible) == fixed.record.stream
+    assert fixed.record.infeasible[0] == prove_infeasible(kept.graph)
+    assert prove_infeasible(fixed.graph) is None
+    again = generate(dataclasses.replace(cfg, feasible_attempts=8), seed)
+    assert again.graph.content_hash() == fixed.graph.content_hash()  # one seed, one graph
+
+
+def test_magnitude_leaves_zero_towards_the_chosen_side():
+    for side in (1.0, -1.0):
+        x = torch.zeros(3, dtype=torch.float64, requires_grad=True)
+        with num.zero_side(side):
+            num.magnitude(x).sum().backward()
+        assert x.grad.tolist() == [side] * 3
+    y = torch.tensor([-2.0, 2.0], dtype=torch.float64, requires_grad=True)
+    with num.zero_side(-1.0):
+        num.magnitude(y).sum().backward()
+    assert y.grad.tolist() == [-1.0, 1.0]  # the true derivative away from 0
+
+
+def test_two_ops_undoing_each_other_lead_to_a_restart(monkeypatch):
+    # Reciprocal(ReduceMin(Asin(pad 0 | x))): the row minimum is the padding's 0 until some
+    # x goes negative. Leaving 0 upwards (the first side) pushes x past Asin's domain, whose
+    # repair undoes the step, round after round; a restart leaves 0 downwards.
+    pad = ((4, 15), F32)
+    g = _net(
+        [((4, 11), F32)],
+        [
+            ("PadConstant", {"k": 1, "l0": 5, "r0": -1, "value": 0}, (0,), pad),
+            ("Asin", {}, (1,), pad),
+            ("ReduceMin", {"axes": [1], "keepdim": False}, (2,), V4),
+            ("Reciprocal", {}, (3,), V4),
+        ],
+    )
+    r = search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=300)
+    assert r.ok and r.restarts >= 1 and (r.values[0].min(axis=1) < 0).all()
+    import nnsmith_cov.search.gradient as gradient
+
+    monkeypatch.setattr(gradient, "MAX_SWITCHES", 10**9)
+    assert not search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=300).ok
+
+
+def test_folding_an_op_that_refuses_its_constants_proves_nothing():
+    # Not(Less(x, x)) cast to int64 is index 1 everywhere, out of range for a 1-element x:
+    # no valid execution gets there, and the analysis must go on without an error.
+    one, idx, b = ((1,), F32), ((1,), DType.int64), ((1,), BOOL)
+    body = [
+        ("Less", {}, (0, 0), b),
+        ("Not", {}, (1,), b),
+        ("CastI64", {}, (2,), idx),
+        ("IndexSelect", {"axis": 0}, (0, 3), one),
+        ("Log", {}, (4,), one),
+    ]
+    assert prove_infeasible(_net([one], body)) is None

@@ -31,9 +31,11 @@ class ChoiceSource:
     seed: int
     prefix: Sequence[tuple[str, int | float]] = ()
     record: list[tuple[str, int | float]] = field(default_factory=list)
+    stream: int = 0  # another independent stream of draws from the same seed
 
     def __post_init__(self) -> None:
-        self._rng = random.Random(self.seed)
+        # A str seed is hashed with SHA-512 by `random`: the same in every process.
+        self._rng = random.Random(self.seed if self.stream == 0 else f"{self.seed}/{self.stream}")
         self._pos = 0
 
     def _next(self, label: str, fresh: int | float) -> int | float:

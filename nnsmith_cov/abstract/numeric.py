@@ -26,6 +26,7 @@ ALPHA = 0.1  # proxy slope where the true derivative is zero
 
 
 _margin = 0.0  # see `margin`
+_zero_side = 1.0  # see `zero_side`
 
 
 def le0(f: torch.Tensor) -> torch.Tensor:
@@ -51,6 +52,19 @@ def margin(m: float):
         _margin = saved
 
 
+@contextlib.contextmanager
+def zero_side(sign: float):
+    """Within this block, `magnitude` leaves 0 towards `sign` (+1 or -1). Neither side
+    is right for every graph (a zero pad under a ReduceMin can only be left
+    downwards), so the value search alternates it between restarts."""
+    global _zero_side
+    saved, _zero_side = _zero_side, sign
+    try:
+        yield
+    finally:
+        _zero_side = saved
+
+
 def log_max(dtype: torch.dtype) -> float:
     """A bound on log|result| that keeps exp-like ops finite in `dtype` (with margin)."""
     return math.log(torch.finfo(dtype).max) - 1.0 if dtype.is_floating_point else 40.0
@@ -62,14 +76,18 @@ def tiny(dtype: torch.dtype) -> float:
 
 
 def magnitude(x: torch.Tensor) -> torch.Tensor:
-    """|x| in float64, whose derivative at 0 is +1 instead of autograd's 0.
+    """|x| in float64, whose derivative at 0 is +1 (or -1, see `zero_side`) instead of
+    autograd's 0.
 
     Losses that want a magnitude away from 0 (divisors, reciprocals) would
     otherwise have no gradient exactly where they are violated: at zeros,
     which integer and boolean values cast to floats, ReLU and padding produce.
     """
     x = x.double()
-    return _Proxy.apply(x, torch.abs, lambda t: torch.where(t >= 0, 1.0, -1.0).double()) if x.requires_grad else x.abs()
+    if not x.requires_grad:
+        return x.abs()
+    side = _zero_side
+    return _Proxy.apply(x, torch.abs, lambda t: torch.where(t > 0, 1.0, torch.where(t < 0, -1.0, side)).double())
 
 
 def log_ratio(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -81,6 +81,7 @@ class RunStats:
     passed: int = 0
     no_values: int = 0  # value search found no NaN/Inf-free values: not tested
     gen_failed: int = 0
+    infeasible: int = 0  # graphs the generator dropped as proven to have no NaN/Inf-free values
     faults: int = 0  # errors in nnsmith-cov itself (see the worker log)
     findings: collections.Counter[str] = field(default_factory=collections.Counter)  # symptom/stage/backend
     signatures: collections.Counter[str] = field(default_factory=collections.Counter)
@@ -127,6 +128,7 @@ class RunStats:
             "passed": self.passed,
             "no_values": self.no_values,
             "generation_failed": self.gen_failed,
+            "infeasible_dropped": self.infeasible,
             "faults": self.faults,
             "findings": dict(self.findings),
             "unique_signatures": len(self.signatures),
@@ -243,6 +245,7 @@ class Fuzzer:
             before = json.loads((self.run.root / "stats.json").read_text())
             st.executed, st.passed, st.no_values = before["executed"], before["passed"], before["no_values"]
             st.gen_failed, st.faults = before["generation_failed"], before["faults"]
+            st.infeasible = before.get("infeasible_dropped", 0)
             st.cov_tests = (before.get("coverage") or {}).get("interesting_tests", 0)
             st.op_tests.update({k: v for k, v in (before.get("op_tests") or {}).items() if isinstance(v, int)})
         except (OSError, ValueError, KeyError, TypeError):
@@ -327,6 +330,7 @@ class Fuzzer:
         assert self.scheduler is not None
         st.restarts = sum(w.deaths for w in self.workers)
         st.stage_ms["generate"].append(gen.record.gen_ms)
+        st.infeasible += len(gen.record.infeasible)
         st.op_tests.update(set(gen.record.ops))
         for stage, ms in result.ms.items():
             st.stage_ms[stage].append(ms)

@@ -60,7 +60,8 @@ def summary(st: RunStats) -> Group:
         times.add_row(stage, f"{statistics.median(xs):.1f}", str(len(xs)))
     head = Text(
         f"{st.tests} tests in {_fmt_time(st.elapsed())}: {st.executed} executed, {st.passed} passed, "
-        f"{st.no_values} without NaN/Inf-free values, {st.gen_failed} not generated, "
+        f"{st.no_values} without NaN/Inf-free values ({st.infeasible} more dropped unsearched as proven so), "
+        f"{st.gen_failed} not generated, "
         f"{st.restarts} worker restarts, {st.faults} internal faults"
         + (
             ""

@@ -20,6 +20,7 @@ from nnsmith_cov.abstract.op import AttrKind, OpSpec
 from nnsmith_cov.abstract.symbols import fresh_context, int_sym
 from nnsmith_cov.abstract.tensor import AbsTensor
 from nnsmith_cov.gen.binning import BinChoice, draw_bin, weights_for
+from nnsmith_cov.gen.feasibility import prove_infeasible
 from nnsmith_cov.gen.graph_ir import GraphIR, Inst
 from nnsmith_cov.gen.solver import BudgetSolver, SolverTimeout
 
@@ -47,6 +48,10 @@ class GenConfig:
     timeout_ms: int = 5000  # wall-clock safety net per graph
     check_rlimit: int = 5_000_000  # Z3 work units per check (about 0.5 s here); deterministic
     max_tries_per_node: int = 30
+    # Graphs the range analysis proves to have no NaN/Inf-free values (Log of a
+    # LogSoftmax, a divisor out of Tril) are made again from another stream of the
+    # same seed, up to this many times in all; 0 keeps them.
+    feasible_attempts: int = 8
     # (dtype, rank) pairs no value may take. PyTorch's TorchScript exporter
     # treats 0-d float64 tensors as Python scalars and demotes them to float32,
     # so the exported model would not compute what the graph says.
@@ -61,6 +66,8 @@ class GenConfig:
             raise ValueError("bins must be at least 2")
         if self.max_elems < 1:
             raise ValueError("max_elems must be at least 1")
+        if self.feasible_attempts < 0:
+            raise ValueError("feasible_attempts must be at least 0")
 
 
 @dataclass
@@ -80,6 +87,8 @@ class GenRecord:
     # Draws made by the insertion loop (the rest are binning and placeholders): replayed
     # as a prefix with more nodes, they rebuild this graph and grow it further.
     insert_draws: int = 0
+    stream: int = 0  # the ChoiceSource stream the graph was drawn from
+    infeasible: list[str] = field(default_factory=list)  # why earlier streams' graphs were dropped
 
     def to_json(self) -> dict:
         return {
@@ -93,6 +102,8 @@ class GenRecord:
             "solve_ms": round(self.solve_ms, 3),
             "gen_ms": round(self.gen_ms, 3),
             "insert_draws": self.insert_draws,
+            "stream": self.stream,
+            "infeasible": self.infeasible,
         }
 
 
@@ -330,17 +341,31 @@ class _Builder:
 
 
 def generate(cfg: GenConfig, seed: int, prefix: Sequence[tuple[str, int | float]] = ()) -> Generated:
-    """Make one graph of `cfg.nodes` operators; same (cfg, seed) gives the same graph."""
+    """Make one graph of `cfg.nodes` operators; same (cfg, seed) gives the same graph.
+
+    A graph proven to have no NaN/Inf-free values is made again from the next
+    stream of the seed (the same `prefix` first), so no test is spent on it.
+    """
     if not cfg.ops:
         raise ValueError("no operators to generate from")
-    with fresh_context():
-        return _generate(cfg, seed, prefix)
-
-
-def _generate(cfg: GenConfig, seed: int, prefix: Sequence[tuple[str, int | float]]) -> Generated:
     t0 = time.perf_counter()
-    draw = ChoiceSource(seed, prefix)
-    record = GenRecord(seed=seed)
+    dropped: list[str] = []
+    for stream in range(max(cfg.feasible_attempts, 1)):
+        with fresh_context():
+            gen = _generate(cfg, seed, prefix, stream)
+        reason = prove_infeasible(gen.graph) if cfg.feasible_attempts else None
+        if reason is None:
+            gen.record.infeasible = dropped
+            gen.record.gen_ms = (time.perf_counter() - t0) * 1000
+            return gen
+        dropped.append(reason)
+    raise GenerationError(f"{len(dropped)} graphs proven to have no NaN/Inf-free values (last: {dropped[-1]})")
+
+
+def _generate(cfg: GenConfig, seed: int, prefix: Sequence[tuple[str, int | float]], stream: int) -> Generated:
+    t0 = time.perf_counter()
+    draw = ChoiceSource(seed, prefix, stream=stream)
+    record = GenRecord(seed=seed, stream=stream)
     solver = BudgetSolver(cfg.timeout_ms, draw.derive_seed("z3.seed"), cfg.check_rlimit)
     b = _Builder(cfg, draw, solver)
     ops = list(cfg.ops)

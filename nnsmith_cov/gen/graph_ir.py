@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from nnsmith_cov.abstract.op import Attrs, inst_attrs
 from nnsmith_cov.abstract.tensor import TensorType
 
 SCHEMA_VERSION = 1
@@ -145,6 +146,10 @@ class GraphIR:
             lines.append(f"{outs} = {inst.op}({args})" + (f"  {{{attrs}}}" if attrs else ""))
         lines.append("return " + ", ".join(f"v{v}" for v in self.outputs))
         return "\n".join(lines) + "\n"
+
+    def attrs(self, inst: Inst) -> Attrs:
+        """`inst`'s attributes as its spec reads them (with its concrete in/out types)."""
+        return inst_attrs(inst.attrs, [self.types[v] for v in inst.inputs], [self.types[v] for v in inst.outputs])
 
     def op_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}

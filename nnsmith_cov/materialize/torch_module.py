@@ -55,12 +55,7 @@ class GraphModule(torch.nn.Module):
         self.graph = graph
         self._specs = [resolve(inst.op) for inst in graph.insts]
         self._fns = [spec.forward_proxy if proxy else spec.forward for spec in self._specs]
-        self._attrs = []
-        for inst in graph.insts:
-            a = Attrs(inst.attrs)
-            a["in_types"] = [graph.types[v] for v in inst.inputs]
-            a["out_types"] = [graph.types[v] for v in inst.outputs]
-            self._attrs.append(a)
+        self._attrs = [graph.attrs(inst) for inst in graph.insts]
         for v in graph.weights:
             t = to_tensor(weights[v])
             # Values are fixed here; the value search optimizes its own copies.

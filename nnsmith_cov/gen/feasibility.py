@@ -7,7 +7,9 @@ module finds such graphs by abstract interpretation: each value gets a `Range`
 (bounds on all its elements, values some element certainly takes, and bounds
 that some element certainly reaches), propagated in order under the assumption
 that every op before is valid; a vulnerable op whose input range lies wholly
-outside its domain proves the graph infeasible.
+outside its domain proves the graph infeasible. An op whose inputs are each one
+known value everywhere (a Less(x, x), a softmax over one element, a zero
+product) is computed instead, exactly.
 
 The analysis is sound but incomplete: it answers "infeasible" only with a proof
 (every transfer function over-approximates), and "unknown" otherwise. Ops it
@@ -19,13 +21,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 from nnsmith_cov.abstract.dtype import DType
 from nnsmith_cov.gen.graph_ir import GraphIR, Inst
-from nnsmith_cov.materialize.torch_module import GraphModule
 from nnsmith_cov.ops import op_by_name
 
 INF = math.inf
@@ -199,14 +199,58 @@ def _triangle_zeros(name: str, a, shape: tuple[int, ...]) -> bool:
     return -(rows - 1) < a.diagonal  # Triu: zero where col - row < diagonal
 
 
-def _all_padding_window(module: GraphModule, k: int) -> bool:
+def _all_padding_window(name: str, a) -> bool:
     """Pooling whose output is non-finite even on an all-ones input: some window lies
     wholly in the padding, whatever the values."""
-    t = module.attrs(k)["in_types"][0]
+    t = a["in_types"][0]
     ones = torch.ones(t.shape, dtype=t.dtype.torch)
     with torch.no_grad():
-        out = module.spec(k).forward(module.attrs(k), ones)
+        out = op_by_name(name).forward(a, ones)
     return not bool(torch.isfinite(out).all())
+
+
+def _point(r: Range) -> bool:
+    """Every element holds the same, known value."""
+    return r.lo == r.hi and math.isfinite(r.lo)
+
+
+def _zero(r: Range) -> bool:
+    return r.lo == r.hi == 0
+
+
+def _constant(value: float, src: str) -> Range:
+    return Range(value, value, frozenset({value}), integral=float(value).is_integer(), src=src)
+
+
+MAX_FORCED = 8  # distinct values a folded result records as taken
+
+
+def _fold(inst: Inst, a, ins: list[Range]) -> list[Range] | str | None:
+    """Outputs of `inst` on inputs that are each one known value everywhere, computed
+    (so exact for every op, whatever its semantics); a reason string when that
+    execution has NaN/Inf: then every execution does. None when the op refuses the
+    values (an index out of range): no valid execution reaches here, nothing to say."""
+    xs = [torch.full(t.shape, r.lo, dtype=t.dtype.torch) for t, r in zip(a["in_types"], ins)]
+    try:
+        with torch.no_grad():
+            out = op_by_name(inst.op).forward(a, *xs)
+    except (RuntimeError, IndexError, ValueError):
+        return None
+    outs = list(out) if isinstance(out, tuple | list) else [out]
+    ranges = []
+    src = next((r.src for r in ins if r.src), "")
+    for t in outs:
+        v = t.detach().double().reshape(-1)
+        if v.numel() and not bool(torch.isfinite(v).all()):
+            return f"{inst.op} <- {src or 'constants'}: NaN/Inf on the only values its inputs take"
+        if not v.numel():
+            ranges.append(Range(src=src))
+            continue
+        values = torch.unique(v)
+        forced = frozenset(float(c) for c in values[:MAX_FORCED])
+        integral = bool((v == torch.round(v)).all())
+        ranges.append(Range(float(values[0]), float(values[-1]), forced, integral=integral, src=src))
+    return ranges
 
 
 def _transfer(inst: Inst, a, ins: list[Range], out_types) -> list[Range]:
@@ -214,6 +258,10 @@ def _transfer(inst: Inst, a, ins: list[Range], out_types) -> list[Range]:
     name, spec = inst.op, op_by_name(inst.op)
     tops = [_dtype_range(t.dtype) for t in out_types]
     x = ins[0] if ins else Range()
+    # A zero factor wins over any (finite) other operand.
+    if name in ("Mul", "MatMul") and any(_zero(r) for r in ins) or name in ("Div", "PReLU") and _zero(x):
+        src = next(r.src for r in ins if _zero(r))
+        return [_constant(0.0, src or f"{name} of 0")]
     if name in _UNARY or name == "Clip":
         return [_unary(name, x, a)]
     if name.startswith("Cast"):
@@ -265,7 +313,7 @@ def _transfer(inst: Inst, a, ins: list[Range], out_types) -> list[Range]:
         n = a["in_types"][0].shape[a.dim]
         if n == 1:
             c = 1.0 if name == "Softmax" else 0.0
-            return [Range(c, c, frozenset({c}), integral=True, src=f"{name} over a size-1 dim")]
+            return [_constant(c, f"{name} over a size-1 dim")]
         if name == "Softmax":  # some entry of each slice is at most 1/n
             return [Range(0.0, 1.0, below=1.0 / n, src="Softmax")]
         # Some entry of each slice is at most log(1/n).
@@ -274,7 +322,7 @@ def _transfer(inst: Inst, a, ins: list[Range], out_types) -> list[Range]:
         same = {"Sub": 0.0, "Xor": 0.0, "Greater": 0.0, "Less": 0.0, "Equal": 1.0}
         if name in same:
             c = same[name]
-            return [Range(c, c, frozenset({c}), integral=True, src=f"{name}(x, x)")]
+            return [_constant(c, f"{name}(x, x)")]
     if name in ("Add", "Sub", "Mul", "Max", "Min"):
         p, q = ins
         integral = p.integral and q.integral
@@ -336,16 +384,22 @@ def _violation(name: str, a, ins: list[Range], producers: list[str]) -> str | No
 
 def analyze(graph: GraphIR) -> tuple[str | None, dict[int, Range]]:
     """Ranges of the values up to the first op proven invalid, and why it is (or None)."""
-    module = GraphModule(graph, op_by_name, {v: _zeros(graph.types[v]) for v in graph.weights})
     env: dict[int, Range] = {v: _dtype_range(graph.types[v].dtype) for v in (*graph.inputs, *graph.weights)}
-    for k, inst in enumerate(graph.insts):
-        a = module.attrs(k)
+    for inst in graph.insts:
+        a = graph.attrs(inst)
         ins = [env[v] for v in inst.inputs]
+        if ins and all(_point(r) for r in ins):
+            folded = _fold(inst, a, ins)
+            if isinstance(folded, str):
+                return folded, env
+            if folded is not None:
+                env.update(zip(inst.outputs, folded))
+                continue
         if op_by_name(inst.op).vulnerable:
             reason = _violation(inst.op, a, ins, [_producers(graph, v) for v in inst.inputs])
             if reason is not None:
                 return reason, env
-        if inst.op in ("MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d") and _all_padding_window(module, k):
+        if inst.op in ("MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d") and _all_padding_window(inst.op, a):
             return f"{inst.op}: a window lies wholly in the padding", env
         outs = _transfer(inst, a, ins, [graph.types[v] for v in inst.outputs])
         env.update(zip(inst.outputs, outs))
@@ -366,7 +420,3 @@ def _producers(graph: GraphIR, v: int, depth: int = 3) -> str:
 def prove_infeasible(graph: GraphIR) -> str | None:
     """Why no NaN/Inf-free values exist for `graph`, or None when that cannot be shown."""
     return analyze(graph)[0]
-
-
-def _zeros(t) -> np.ndarray:
-    return np.zeros(t.shape, dtype=t.dtype.numpy)
