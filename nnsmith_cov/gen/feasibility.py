@@ -253,6 +253,30 @@ def _fold(inst: Inst, a, ins: list[Range]) -> list[Range] | str | None:
     return ranges
 
 
+def _summands(name: str, a) -> int:
+    """How many input elements the longest sum of a CumSum or ReduceSum adds up."""
+    shape = a["in_types"][0].shape
+    if name == "CumSum":
+        return shape[a.axis] if shape else 1
+    axes = range(len(shape)) if a.axes is None else a.axes
+    return math.prod(shape[i] for i in axes)
+
+
+def _sum(x: Range, n: int, dt: DType) -> Range:
+    """Sums of up to n elements of x (float: rounding may move a sum of n terms by n * eps
+    of itself, which the bounds allow for). The longest sums certainly reach n * lo when
+    every term is positive (n * hi when every term is negative)."""
+    if n == 0:
+        return Range(0.0, 0.0, frozenset({0.0}), src=x.src)
+    slack = n * float(torch.finfo(dt.torch).eps)
+    grow, shrink = 1 + slack, max(0.0, 1 - slack)
+    lo = x.lo if x.lo >= 0 else n * x.lo * grow
+    hi = x.hi if x.hi <= 0 else n * x.hi * grow
+    above = n * x.lo * shrink if x.lo > 0 else -INF
+    below = n * x.hi * shrink if x.hi < 0 else INF
+    return Range(lo, hi, above=above, below=below, src=x.src)
+
+
 def _transfer(inst: Inst, a, ins: list[Range], out_types) -> list[Range]:
     """Ranges of the outputs of one (valid) execution of `inst`."""
     name, spec = inst.op, op_by_name(inst.op)
@@ -346,6 +370,11 @@ def _transfer(inst: Inst, a, ins: list[Range], out_types) -> list[Range]:
         return [_hull(ins[1:])]
     if name in ("ReduceMax", "ReduceMin"):
         return [Range(x.lo, x.hi, integral=x.integral, src=x.src)]
+    if name in ("CumSum", "ReduceSum") and out_types[0].dtype.is_float:
+        out = _sum(x, _summands(name, a), out_types[0].dtype)
+        if name == "ReduceSum":  # every output is a whole sum
+            out = replace(out, lo=max(out.lo, out.above), hi=min(out.hi, out.below))
+        return [out]
     if name == "ReduceMean":
         return [Range(x.lo, x.hi, src=x.src)]
     if name in ("ArgMax", "ArgMin"):
