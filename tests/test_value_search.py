@@ -478,10 +478,10 @@ def test_magnitude_leaves_zero_towards_the_chosen_side():
     assert y.grad.tolist() == [-1.0, 1.0]  # the true derivative away from 0
 
 
-def test_two_ops_undoing_each_other_lead_to_a_restart(monkeypatch):
+def test_a_restart_leaves_zero_the_other_way(monkeypatch):
     # Reciprocal(ReduceMin(Asin(pad 0 | x))): the row minimum is the padding's 0 until some
     # x goes negative. Leaving 0 upwards (the first side) pushes x past Asin's domain, whose
-    # repair undoes the step, round after round; a restart leaves 0 downwards.
+    # repair undoes the step, round after round; after a restart 0 is left downwards.
     pad = ((4, 15), F32)
     g = _net(
         [((4, 11), F32)],
@@ -494,34 +494,7 @@ def test_two_ops_undoing_each_other_lead_to_a_restart(monkeypatch):
     )
     r = search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=300)
     assert r.ok and r.restarts >= 1 and (r.values[0].min(axis=1) < 0).all()
-    import nnsmith_cov.search.gradient as gradient
-
-    monkeypatch.setattr(gradient, "MAX_SWITCHES", 10**9)
-    assert not search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=300).ok
-
-
-def test_folding_an_op_that_refuses_its_constants_proves_nothing():
-    # Not(Less(x, x)) cast to int64 is index 1 everywhere, out of range for a 1-element x:
-    # no valid execution gets there, and the analysis must go on without an error.
-    one, idx, b = ((1,), F32), ((1,), DType.int64), ((1,), BOOL)
-    body = [
-        ("Less", {}, (0, 0), b),
-        ("Not", {}, (1,), b),
-        ("CastI64", {}, (2,), idx),
-        ("IndexSelect", {"axis": 0}, (0, 3), one),
-        ("Log", {}, (4,), one),
-    ]
-    assert prove_infeasible(_net([one], body)) is None
-
-
-@pytest.mark.parametrize("n, proven", [(8, True), (4, False)])
-def test_long_sums_of_positive_terms_are_bounded_below(n, proven):
-    # Exp(Asin(x)) >= exp(-pi/2) = 0.208: a running sum of 8 such terms passes 1 (Acos
-    # has no valid input then), a sum of 4 need not.
-    v = ((n,), F32)
-    body = [("Asin", {}, (0,), v), ("Exp", {}, (1,), v), ("CumSum", {"axis": 0}, (2,), v), ("Acos", {}, (3,), v)]
-    reason = prove_infeasible(_net([v], body))
-    assert (reason is not None and reason.startswith("Acos <- CumSum")) == proven
-    body[2] = ("ReduceSum", {"axes": [0], "keepdim": True}, (2,), ((1,), F32))
-    body[3] = ("Acos", {}, (3,), ((1,), F32))
-    assert (prove_infeasible(_net([v], body)) is not None) == proven
+    real = num.zero_side
+    monkeypatch.setattr(num, "zero_side", lambda side: real(1.0))
+    stuck = search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=300)
+    assert not stuck.ok and stuck.restarts >= 2

@@ -42,7 +42,6 @@ DEFAULT_INIT = (-1.0, 1.0)  # where the gradient search starts
 SAMPLING_INIT = (1.0, 9.0)  # the paper's sampling baseline
 GUARD_MARGIN = 0.1  # how far inside its domain a guard op is kept
 MAX_REDRAWS = 4  # targeted redraws of integer/bool leaves before a full restart
-MAX_SWITCHES = 4  # target changes with the first invalid op standing still, before a restart
 BOOL_MASTER = (0.25, 0.75)  # masters of False and True: one step of lr 0.5 flips them
 
 
@@ -295,10 +294,8 @@ def search_values(
     restarts when one target's loss has not improved for `patience` steps,
     after `max_steps` steps on it, or when its learning rate has been halved
     below lr / 1024: losses such as Sqrt(1 / x) for negative x slope towards
-    the pole, never across it, so following them longer does not help. It also
-    restarts when the target changed more than MAX_SWITCHES times while the
-    first invalid op stayed where it was (two ops undoing each other's repairs),
-    and each restart flips the side a magnitude leaves 0 towards. Where
+    the pole, never across it, so following them longer does not help. Each
+    restart flips the side a magnitude leaves 0 towards. Where
     the failing op's loss cannot be moved by gradient (no loss explains the
     NaN/Inf, or its gradient is zero) but integer or boolean leaves feed it,
     only those leaves are redrawn (a few times before a full restart),
@@ -319,8 +316,6 @@ def search_values(
     steps, best, stall = 0, math.inf, 0
     guards: set[int] = set()  # ops before the target that a step on it broke
     cap = math.inf  # the overflow guard's cap for the current target
-    # The furthest first-invalid op since the last restart, and target changes since it moved.
-    frontier, frontier_epoch, switches = -1, 0, 0
 
     def give_up(bad: int) -> None:
         """Nothing more to follow on `bad`: redraw what feeds it, or everything."""
@@ -346,16 +341,6 @@ def search_values(
         if method == "sampling":
             s.resample()
             continue
-        # Progress is the first invalid op moving on. Two targets can trade places for
-        # ever (a step on one breaks the other, whose repair undoes the step), each
-        # looking fine to its own patience: restart when the target keeps changing
-        # while the frontier stands still.
-        if s.restarts != frontier_epoch or bad > frontier:
-            frontier, frontier_epoch, switches = bad, s.restarts, 0
-        elif switches > MAX_SWITCHES:
-            redraws, target, pending = 0, None, None
-            s.resample()
-            continue
         ins = s.runner.differentiable_inputs(bad, env, shadows)
         with num.zero_side(1.0 if s.restarts % 2 == 0 else -1.0):
             losses = s.runner.spec(bad).domain(s.runner.attrs(bad), *ins)
@@ -376,11 +361,7 @@ def search_values(
             broke = bad < pending.target
             # Worse: an earlier loss of the target violated again, or the same one grown.
             worse = bad == pending.target and (which, -value) < (pending.which, -pending.loss)
-            if broke and bad in guards:
-                # A guard broke all the same: fall back to Algorithm 3, which repairs the
-                # op that broke (and the target after it, in turn).
-                pending = None
-            elif broke or worse:
+            if broke or worse:
                 # Undo the step. An op it broke guards the target from now on; otherwise
                 # take the step again, half as long and without Adam's momentum: a first
                 # Adam step goes along sign(gradient), which a short enough step descends.
@@ -403,7 +384,6 @@ def search_values(
             give_up(bad)  # no loss explains the NaN/Inf, or no value upstream can move
             continue
         if target != bad:  # a new target resets Adam, its learning rate and the guards
-            switches += target is not None
             target, opt, steps, best, stall = bad, MaskedAdam(s.trainable(), lr), 0, math.inf, 0
             guards = set()
         steps += 1
