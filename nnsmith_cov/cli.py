@@ -94,7 +94,18 @@ def _add_gen_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-binning", action="store_true", help="turn attribute binning off")
     p.add_argument("--ops", nargs="+", metavar="OP", help="only these operators (default: all)")
     p.add_argument("--max-elems", type=_positive, default=1 << 16, help="element cap per tensor (default 65536)")
-    p.add_argument("--timeout-ms", type=_positive, default=5000, help="Z3 budget per graph (default 5000)")
+    p.add_argument(
+        "--solver-work",
+        type=_positive,
+        default=GenConfig.work_budget,
+        help=f"Z3 work units per graph, all checks together (default {GenConfig.work_budget})",
+    )
+    p.add_argument(
+        "--timeout-ms",
+        type=_positive,
+        default=GenConfig.timeout_ms,
+        help=f"wall-clock safety net per graph (default {GenConfig.timeout_ms})",
+    )
 
 
 def _gen_config(args: argparse.Namespace) -> GenConfig:
@@ -103,7 +114,12 @@ def _gen_config(args: argparse.Namespace) -> GenConfig:
     except ValueError as e:
         raise CliError(str(e)) from None
     return GenConfig(
-        nodes=args.nodes, ops=ops, binning=not args.no_binning, max_elems=args.max_elems, timeout_ms=args.timeout_ms
+        nodes=args.nodes,
+        ops=ops,
+        binning=not args.no_binning,
+        max_elems=args.max_elems,
+        timeout_ms=args.timeout_ms,
+        work_budget=args.solver_work,
     )
 
 
@@ -435,6 +451,7 @@ def _restore_fuzz_args(args: argparse.Namespace) -> None:
         args.generator = gen.get("name", "nnsmith")  # campaigns from before baselines existed
         args.nodes, args.no_binning = gen["nodes"], not gen["binning"]
         args.max_elems, args.timeout_ms = gen["max_elems"], gen["timeout_ms"]
+        args.solver_work = gen.get("work_budget", GenConfig.work_budget)  # campaigns from before it existed
         args.backends, args.seed = c["backends"], c["seed"]
         args.rtol, args.atol, args.half_rtol, args.half_atol = c["rtol"], c["atol"], c["half_rtol"], c["half_atol"]
         args.timeout_s, args.search, args.no_localize = c["timeout_s"], search["method"], not c["localize"]

@@ -145,6 +145,20 @@ def test_solver_budget_gives_up_cleanly():
         generate(GenConfig(nodes=10, ops=ALL_OPS, timeout_ms=1), 0)
 
 
+def test_the_per_graph_solver_budget_is_work_not_time(monkeypatch):
+    # A graph that runs out of Z3 work keeps what fit, the same graph however fast the
+    # machine: here the clock is made to jump 10 s at every check.
+    cfg = GenConfig(nodes=30, ops=ALL_OPS, work_budget=300_000, timeout_ms=3_600_000)
+    first = generate(cfg, 3)
+    assert first.record.solver_work >= cfg.work_budget and len(first.graph.insts) < 30
+    import nnsmith_cov.gen.solver as solver
+
+    now = [0.0]
+    monkeypatch.setattr(solver.time, "monotonic", lambda: now.__setitem__(0, now[0] + 10.0) or now[0])
+    again = generate(cfg, 3)
+    assert again.graph.content_hash() == first.graph.content_hash()
+
+
 @pytest.mark.parametrize("kwargs", [{"nodes": 0}, {"forward_prob": 2.0}, {"bins": 1}, {"max_elems": 0}])
 def test_bad_config_rejected(kwargs):
     with pytest.raises(ValueError):

@@ -63,6 +63,7 @@ class FuzzConfig:
                 "binning": gen.binning,
                 "max_elems": gen.max_elems,
                 "timeout_ms": gen.timeout_ms,
+                "work_budget": gen.work_budget,
                 "ops": sorted(o.name() for o in gen.ops),
                 "name": self.generator,
                 # the scheduler's knobs this generator follows (none without feedback)

@@ -45,8 +45,11 @@ class GenConfig:
     bin_weights: Mapping[str, Sequence[float]] | None = None
     max_elems: int = 1 << 16
     weight_prob: float = 0.5  # a free placeholder becomes a weight (else a model input)
-    timeout_ms: int = 5000  # wall-clock safety net per graph
-    check_rlimit: int = 5_000_000  # Z3 work units per check (about 0.5 s here); deterministic
+    # Z3 work units (deterministic, unlike seconds): per check (about 0.5 s here) and per
+    # graph, all checks together (about 2.5-5 s here); seconds only as a safety net.
+    check_rlimit: int = 5_000_000
+    work_budget: int = 10_000_000
+    timeout_ms: int = 60_000
     max_tries_per_node: int = 30
     # Graphs the range analysis proves to have no NaN/Inf-free values (Log of a
     # LogSoftmax, a divisor out of Tril) are made again from another stream of the
@@ -81,6 +84,7 @@ class GenRecord:
     tries: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
     solver_checks: int = 0
+    solver_work: int = 0  # Z3 work units spent (of GenConfig.work_budget)
     solve_ms: float = 0.0
     gen_ms: float = 0.0
     draws: list[tuple[str, int | float]] = field(default_factory=list)
@@ -99,6 +103,7 @@ class GenRecord:
             "tries": self.tries,
             "rejected": self.rejected,
             "solver_checks": self.solver_checks,
+            "solver_work": self.solver_work,
             "solve_ms": round(self.solve_ms, 3),
             "gen_ms": round(self.gen_ms, 3),
             "insert_draws": self.insert_draws,
@@ -366,7 +371,7 @@ def _generate(cfg: GenConfig, seed: int, prefix: Sequence[tuple[str, int | float
     t0 = time.perf_counter()
     draw = ChoiceSource(seed, prefix, stream=stream)
     record = GenRecord(seed=seed, stream=stream)
-    solver = BudgetSolver(cfg.timeout_ms, draw.derive_seed("z3.seed"), cfg.check_rlimit)
+    solver = BudgetSolver(cfg.timeout_ms, draw.derive_seed("z3.seed"), cfg.check_rlimit, cfg.work_budget)
     b = _Builder(cfg, draw, solver)
     ops = list(cfg.ops)
     weights = [cfg.op_weights.get(o.name(), 1.0) for o in ops] if cfg.op_weights else None
@@ -407,14 +412,15 @@ def _generate(cfg: GenConfig, seed: int, prefix: Sequence[tuple[str, int | float
         record.insert_draws = len(draw.record)
         if not b.nodes:
             raise GenerationError("no operator could be inserted")
-        if cfg.binning and solver.remaining_ms() > 0:
+        if cfg.binning and not solver.spent():
             b.binning(record)
         model = solver.model()
         graph = b.to_graph(model)
     except SolverTimeout as e:
-        raise GenerationError(f"solver budget of {cfg.timeout_ms} ms spent ({e})") from None
+        raise GenerationError(f"solver budget spent ({e})") from None
     record.solver_checks = solver.checks
     record.solve_ms = solver.solve_s * 1000
+    record.solver_work = solver.used
     record.gen_ms = (time.perf_counter() - t0) * 1000
     record.draws = draw.record
     return Generated(graph, record)

@@ -1,4 +1,4 @@
-"""An incremental Z3 solver with a wall-clock budget shared by every check."""
+"""An incremental Z3 solver with a per-graph budget of Z3 work shared by every check."""
 
 from __future__ import annotations
 
@@ -17,35 +17,48 @@ class SolverTimeout(Exception):
 class BudgetSolver:
     """Constraints are only ever added after a check says they keep the set sat.
 
-    Each check is bounded by Z3's resource limit (`rlimit`, counted in Z3's own
-    work units, so the same check gives up at the same point on every machine
-    and the graph stays a function of the seed); the wall-clock budget is only
-    a safety net. Z3's seed is fixed by the caller (drawn from the graph's
-    choice source). The model of the last successful check is kept: it
-    satisfies everything committed, so no final re-solve is needed.
+    Work is counted in Z3's own resource units (`rlimit`), never in seconds: each
+    check may use at most `rlimit` of them and the whole graph at most `work`,
+    so a check gives up at the same point on every machine, however loaded,
+    and the graph stays a function of the seed. The wall-clock budget is only
+    a safety net that a normal graph never reaches. Z3's seed is fixed by the
+    caller (drawn from the graph's choice source). The model of the last
+    successful check is kept: it satisfies everything committed, so no final
+    re-solve is needed.
     """
 
-    def __init__(self, budget_ms: int, seed: int, rlimit: int) -> None:
+    def __init__(self, budget_ms: int, seed: int, rlimit: int, work: int) -> None:
         self._solver = z3.Solver(ctx=context())
         self._solver.set("random_seed", seed)
-        self._solver.set("rlimit", rlimit)
+        self._rlimit, self._work = rlimit, work
         self._deadline = time.monotonic() + budget_ms / 1000
         self._model: z3.ModelRef | None = None
         self.checks = 0
         self.solve_s = 0.0
+        self.used = 0  # Z3 work units spent by all checks so far
 
     def remaining_ms(self) -> int:
         return int((self._deadline - time.monotonic()) * 1000)
 
+    def spent(self) -> bool:
+        """No check may run any more (the work budget, or the safety net, is used up)."""
+        return self.used >= self._work or self.remaining_ms() <= 0
+
     def _check(self, extra: Sequence[z3.BoolRef]) -> z3.CheckSatResult:
+        if self.used >= self._work:
+            raise SolverTimeout(f"work budget of {self._work} Z3 units spent")
         left = self.remaining_ms()
         if left <= 0:
-            raise SolverTimeout("solver budget spent")
+            raise SolverTimeout("wall-clock safety net reached")
+        # rlimit bounds one check (counted from where the running total stands).
+        self._solver.set("rlimit", min(self._rlimit, self._work - self.used))
         self._solver.set("timeout", left)
         t0 = time.perf_counter()
         result = self._solver.check(*extra)
         self.solve_s += time.perf_counter() - t0
         self.checks += 1
+        stats = self._solver.statistics()
+        self.used = int(stats.get_key_value("rlimit count")) if "rlimit count" in stats.keys() else self.used
         return result
 
     def try_add(self, cons: Sequence[z3.BoolRef]) -> bool:
