@@ -498,3 +498,30 @@ def test_a_restart_leaves_zero_the_other_way(monkeypatch):
     monkeypatch.setattr(num, "zero_side", lambda side: real(1.0))
     stuck = search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=300)
     assert not stuck.ok and stuck.restarts >= 2
+
+
+def test_folding_an_op_that_refuses_its_constants_proves_nothing():
+    # Not(Less(x, x)) cast to int64 is index 1 everywhere, out of range for a 1-element x:
+    # no valid execution gets there, and the analysis must go on without an error.
+    one, idx, b = ((1,), F32), ((1,), DType.int64), ((1,), BOOL)
+    body = [
+        ("Less", {}, (0, 0), b),
+        ("Not", {}, (1,), b),
+        ("CastI64", {}, (2,), idx),
+        ("IndexSelect", {"axis": 0}, (0, 3), one),
+        ("Log", {}, (4,), one),
+    ]
+    assert prove_infeasible(_net([one], body)) is None
+
+
+@pytest.mark.parametrize("n, proven", [(8, True), (4, False)])
+def test_long_sums_of_positive_terms_are_bounded_below(n, proven):
+    # Exp(Asin(x)) >= exp(-pi/2) = 0.208: a running sum of 8 such terms passes 1 (Acos
+    # has no valid input then), a sum of 4 need not.
+    v = ((n,), F32)
+    body = [("Asin", {}, (0,), v), ("Exp", {}, (1,), v), ("CumSum", {"axis": 0}, (2,), v), ("Acos", {}, (3,), v)]
+    reason = prove_infeasible(_net([v], body))
+    assert (reason is not None and reason.startswith("Acos <- CumSum")) == proven
+    body[2] = ("ReduceSum", {"axes": [0], "keepdim": True}, (2,), ((1,), F32))
+    body[3] = ("Acos", {}, (3,), ((1,), F32))
+    assert (prove_infeasible(_net([v], body)) is not None) == proven
