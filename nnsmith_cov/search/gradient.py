@@ -342,7 +342,8 @@ def search_values(
             s.resample()
             continue
         ins = s.runner.differentiable_inputs(bad, env, shadows)
-        with num.zero_side(1.0 if s.restarts % 2 == 0 else -1.0):
+        side = 1.0 if s.restarts % 2 == 0 else -1.0  # where magnitudes leave 0: flips per restart
+        with num.zero_side(side):
             losses = s.runner.spec(bad).domain(s.runner.attrs(bad), *ins)
         which = next((i for i, x in enumerate(losses) if bool(x > 0)), len(losses))
         loss = losses[which] if which < len(losses) else None
@@ -355,7 +356,8 @@ def search_values(
                 if pending is not None and bad == pending.target:
                     pending.loss = math.inf
         if loss is not None and bad == target and guards:
-            loss = loss + _guard_loss(s, guards, env, shadows)
+            with num.zero_side(side):
+                loss = loss + _guard_loss(s, guards, env, shadows)
         value = math.inf if loss is None else float(loss.detach())
         if pending is not None:
             broke = bad < pending.target
