@@ -62,14 +62,6 @@ class Attrs(dict):
             raise AttributeError(name) from None
 
 
-def inst_attrs(attrs: dict[str, Any], in_types: Sequence[Any], out_types: Sequence[Any]) -> Attrs:
-    """An instruction's attributes as its spec's functions read them: with the
-    concrete types of its inputs and outputs."""
-    a = Attrs(attrs)
-    a["in_types"], a["out_types"] = list(in_types), list(out_types)
-    return a
-
-
 class OpSpec:
     """Base of every operator specification.
 

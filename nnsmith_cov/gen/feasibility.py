@@ -19,6 +19,7 @@ does not model get the whole range of their dtype.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -386,15 +387,15 @@ def _transfer(inst: Inst, a, ins: list[Range], out_types) -> list[Range]:
     return tops
 
 
-def _violation(name: str, a, ins: list[Range], producers: list[str]) -> str | None:
+def _violation(name: str, a, ins: list[Range], producer: Callable[[int], str]) -> str | None:
     """Why `name` is invalid on every input these ranges allow, or None. The reason
     reads "Op <- origin: what", the origin being the op the decisive fact came from
-    (or, for plain bounds, the ops producing the input)."""
+    (or, for plain bounds, `producer(i)`: the ops producing input i, named only then)."""
     x = ins[0] if ins else Range()
 
     def why(r: Range, what: str) -> str:
         i = ins.index(r)
-        return f"{name} <- {r.src or producers[i]}: {what}"
+        return f"{name} <- {r.src or producer(i)}: {what}"
 
     if name in ("Log", "Log2") and x.certainly_le(0.0):
         return why(x, "input never all positive")
@@ -425,7 +426,7 @@ def analyze(graph: GraphIR) -> tuple[str | None, dict[int, Range]]:
                 env.update(zip(inst.outputs, folded))
                 continue
         if op_by_name(inst.op).vulnerable:
-            reason = _violation(inst.op, a, ins, [_producers(graph, v) for v in inst.inputs])
+            reason = _violation(inst.op, a, ins, lambda i, vs=inst.inputs: _producers(graph, vs[i]))
             if reason is not None:
                 return reason, env
         if inst.op in ("MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d") and _all_padding_window(inst.op, a):

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from nnsmith_cov.abstract.op import Attrs, inst_attrs
+from nnsmith_cov.abstract.op import Attrs
 from nnsmith_cov.abstract.tensor import TensorType
 
 SCHEMA_VERSION = 1
@@ -149,7 +149,10 @@ class GraphIR:
 
     def attrs(self, inst: Inst) -> Attrs:
         """`inst`'s attributes as its spec reads them (with its concrete in/out types)."""
-        return inst_attrs(inst.attrs, [self.types[v] for v in inst.inputs], [self.types[v] for v in inst.outputs])
+        a = Attrs(inst.attrs)
+        a["in_types"] = [self.types[v] for v in inst.inputs]
+        a["out_types"] = [self.types[v] for v in inst.outputs]
+        return a
 
     def op_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
