@@ -77,6 +77,14 @@ def invalid_under_default_init(graph: GraphIR, seed: int) -> bool:
     return any(t.is_floating_point() and not torch.isfinite(t).all() for t in env.values())
 
 
+def curve(rows: list[tuple[bool, float]]) -> tuple[list[float], list[float]]:
+    """Per budget: the mean search time (a model unsolved within it counts as the budget)
+    and the success rate (%)."""
+    means = [statistics.mean(min(t, b) for _, t in rows) for b in BUDGETS]
+    rates = [100 * sum(ok and t <= b for ok, t in rows) / len(rows) for b in BUDGETS]
+    return means, rates
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", type=int, default=512, help="models per group")
@@ -109,9 +117,8 @@ def main() -> None:
 
     print(f"\nsuccess rate (%) and mean search time (ms) by budget (ms); {args.models} models per group")
     print(f"{'nodes':>5}  {'method':<24} {'':<7}" + "".join(f"{b:>7}" for b in BUDGETS))
-    for (nodes, label), rows in results.items():
-        rates = [100 * sum(ok and t <= b for ok, t in rows) / len(rows) for b in BUDGETS]
-        means = [statistics.mean(min(t, b) for _, t in rows) for b in BUDGETS]
+    curves = {key: curve(rows) for key, rows in results.items()}
+    for (nodes, label), (means, rates) in curves.items():
         print(f"{nodes:>5}  {label:<24} {'success':<7}" + "".join(f"{r:>7.1f}" for r in rates))
         print(f"{'':>5}  {'':<24} {'mean ms':<7}" + "".join(f"{m:>7.2f}" for m in means))
 
@@ -128,12 +135,7 @@ def main() -> None:
     fig, axes = plt.subplots(1, len(args.sizes), figsize=(4 * len(args.sizes), 3.2), sharey=True)
     for ax, nodes in zip(np.atleast_1d(axes), args.sizes):
         for label in METHODS:
-            rows = results[(nodes, label)]
-            xs, ys = [], []
-            for b in BUDGETS:
-                xs.append(statistics.mean(min(t, b) for _, t in rows))
-                ys.append(100 * sum(ok and t <= b for ok, t in rows) / len(rows))
-            ax.plot(xs, ys, marker="o", label=label)
+            ax.plot(*curves[(nodes, label)], marker="o", label=label)
         ax.set_title(f"{nodes} nodes")
         ax.set_xlabel("mean search time (ms)")
         ax.grid(alpha=0.3)

@@ -52,8 +52,9 @@ class GenConfig:
     timeout_ms: int = 60_000
     max_tries_per_node: int = 30
     # Graphs the range analysis proves to have no NaN/Inf-free values (Log of a
-    # LogSoftmax, a divisor out of Tril) are made again from another stream of the
-    # same seed, up to this many times in all; 0 keeps them.
+    # LogSoftmax, a divisor out of Tril; also Pow of a base never all positive, valid
+    # only for whole exponents, which the search never aims for) are made again from
+    # another stream of the same seed, up to this many times in all; 0 keeps them.
     feasible_attempts: int = 8
     # (dtype, rank) pairs no value may take. PyTorch's TorchScript exporter
     # treats 0-d float64 tensors as Python scalars and demotes them to float32,
