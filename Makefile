@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-FUZZ_ARGS ?= --backends ort,tvm --collector python --time 5m --seed 1 -o corpus/fuzz-$(shell date +%Y%m%d-%H%M%S)
+FUZZ_ARGS ?= --backends ort,tvm --collector python+binary --time 5m --seed 1 -o corpus/fuzz-$(shell date +%Y%m%d-%H%M%S)
 
 .PHONY: install test lint format fuzz experiment bench clean native-tools instrumented
 
@@ -27,8 +27,8 @@ format: $(STAMP)
 	$(PY) -m ruff format nnsmith_cov tests scripts
 	$(PY) -m ruff check --fix nnsmith_cov tests scripts
 
-# The main job: a five-minute coverage-guided campaign (ORT + TVM, python coverage,
-# feedback on) into an LMDB corpus under corpus/.
+# The main job: a five-minute coverage-guided campaign (ORT + TVM; TVM's Python and ORT's
+# prebuilt binary measured together, one map part each; feedback on) into an LMDB corpus under corpus/.
 fuzz: $(STAMP)
 	$(VENV)/bin/nnsmith-cov fuzz $(FUZZ_ARGS)
 

@@ -72,9 +72,12 @@ def _duration(text: str) -> float:
 def _collector(text: str) -> str:
     from nnsmith_cov.coverage.collector import BUILTIN
 
-    if text == "none" or text in BUILTIN or (text.count(":") == 1 and all(text.split(":"))):
+    one = lambda n: n in BUILTIN or (n.count(":") == 1 and all(n.split(":")))
+    if text == "none" or all(one(n) for n in text.split("+")):
         return text
-    raise argparse.ArgumentTypeError(f"unknown collector {text!r} (python, llvm, binary, none, or module:Class)")
+    raise argparse.ArgumentTypeError(
+        f"unknown collector {text!r} (python, llvm, binary, none, module:Class, or several joined by +)"
+    )
 
 
 def _backends(text: str) -> list[str]:
@@ -126,8 +129,6 @@ def _gen_config(args: argparse.Namespace) -> GenConfig:
 def _binary_module(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--binary-module",
-        dest="cov_targets",
-        type=lambda t: [t],
         metavar="PATTERN",
         help="binary collector: the shared object to follow (default onnxruntime_pybind11_state*)",
     )
@@ -204,7 +205,8 @@ def _parser() -> argparse.ArgumentParser:
         "--collector",
         type=_collector,
         default="python",
-        help="coverage collector: python, llvm, binary, none, or module:Class (default python)",
+        help="coverage collector: python, llvm, binary, python+binary (TVM's Python and ORT's binary), none, "
+        "or module:Class (default python)",
     )
     f.add_argument(
         "--cov-targets",
@@ -216,7 +218,9 @@ def _parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("coverage", help="run one model under a coverage collector and print JSON")
     c.add_argument("model_dir", type=Path, help="a folder from `generate` (graph.json, record.json) or a bundle")
-    c.add_argument("--collector", choices=("python", "llvm", "binary"), default="python", help="(default python)")
+    c.add_argument(
+        "--collector", type=_collector, default="python", help="python, llvm, binary or python+binary (default python)"
+    )
     c.add_argument(
         "--cov-targets",
         type=lambda t: [s for s in t.split(",") if s],
@@ -526,7 +530,7 @@ def cmd_coverage(args: argparse.Namespace) -> int:
     from nnsmith_cov.campaign.measure import MeasureError, measure
     from nnsmith_cov.campaign.testcase import CaseSettings
     from nnsmith_cov.campaign.worker_handle import WorkerStartError
-    from nnsmith_cov.coverage.collector import PASS_FILTERS
+    from nnsmith_cov.coverage.collector import pass_filters
     from nnsmith_cov.coverage.summary import coverage_summary, format_summary
 
     settings = CaseSettings(backends=args.backends, timeout_s=args.timeout_s)
@@ -537,7 +541,7 @@ def cmd_coverage(args: argparse.Namespace) -> int:
             raise CliError(str(e)) from None
     hits = m.result.hits
     covered = hits.index if hits is not None else np.zeros(0, np.uint32)
-    filters = args.pass_filter or PASS_FILTERS.get(args.collector, ())
+    filters = args.pass_filter or pass_filters(args.collector)
     out = coverage_summary(m.universe, covered, filters, args.top) | {
         "model": str(args.model_dir),
         "backends": args.backends,
@@ -561,6 +565,8 @@ def cmd_ops(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
+        if getattr(args, "binary_module", None):  # the binary part's target, also inside a composite
+            args.cov_targets = [*args.cov_targets, f"binary={args.binary_module}"]
         commands = {"generate": cmd_generate, "batch": cmd_batch, "fuzz": cmd_fuzz, "repro": cmd_repro, "ops": cmd_ops}
         commands["coverage"] = cmd_coverage
         commands["report"] = report.cmd_report

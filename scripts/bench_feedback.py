@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Feedback on vs off at equal wall time: TVM under the python collector.
+"""Feedback on vs off at equal wall time: TVM under the python collector by default.
 
 Runs two campaigns side by side, one process each, so that they share the machine
 fairly (one worker each; with 2 cores, one core each): `--feedback on` and
@@ -8,6 +8,7 @@ timeline, total, pass-only and unique branches (reached by one campaign only), a
 writes `nnsmith-cov report`'s table and figures into OUT/report.
 
     python scripts/bench_feedback.py [--time 30m] [--seed 1] [--out out/bench-feedback]
+    python scripts/bench_feedback.py --backends ort --collector binary --time 15m   # ORT's binary
 """
 
 from __future__ import annotations
@@ -22,12 +23,12 @@ from nnsmith_cov.report.compare import unique_counts
 from nnsmith_cov.report.model import ReportError
 
 
-def run_pair(out: Path, time_spec: str, seed: int, backends: str) -> dict[str, Path]:
+def run_pair(out: Path, time_spec: str, seed: int, backends: str, collector: str) -> dict[str, Path]:
     folders = {mode: out / f"feedback-{mode}" for mode in ("on", "off")}
     procs = []
     for mode, folder in folders.items():
         argv = [sys.executable, "-m", "nnsmith_cov.cli", "fuzz", "-o", str(folder), "--backends", backends]
-        argv += ["--collector", "python", "--feedback", mode, "--time", time_spec, "--seed", str(seed)]
+        argv += ["--collector", collector, "--feedback", mode, "--time", time_spec, "--seed", str(seed)]
         log = open(out / f"feedback-{mode}.log", "w")
         procs.append((subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT), log))
     for proc, log in procs:
@@ -43,6 +44,7 @@ def main() -> None:
     ap.add_argument("--time", default="30m", help="wall time of each campaign (default 30m)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--backends", default="tvm")
+    ap.add_argument("--collector", default="python")
     ap.add_argument("--out", type=Path, default=Path("out/bench-feedback"))
     ap.add_argument("--reuse", action="store_true", help="only report on campaigns already in --out")
     args = ap.parse_args()
@@ -50,7 +52,7 @@ def main() -> None:
     if args.reuse:
         folders = {mode: args.out / f"feedback-{mode}" for mode in ("on", "off")}
     else:
-        folders = run_pair(args.out, args.time, args.seed, args.backends)
+        folders = run_pair(args.out, args.time, args.seed, args.backends, args.collector)
 
     specs = [f"{folder}=feedback {mode}" for mode, folder in folders.items()]
     try:

@@ -21,7 +21,7 @@ from nnsmith_cov.report.compare import pairwise, unique_counts, venn_regions
 from nnsmith_cov.report.export import read_json, write_json
 from nnsmith_cov.report.lcov import read_lcov, write_lcov
 from nnsmith_cov.report.load import load_corpus, parse_spec
-from nnsmith_cov.report.model import Campaign
+from nnsmith_cov.report.model import Campaign, ReportError
 
 PASS_FILE = "tvm/relax/transform/fuse.py"
 OTHER_FILE = "tvm/relax/op.py"
@@ -36,10 +36,15 @@ def fake_universe() -> Universe:
     return Universe("python", "arc", {"tvm": "0.27.0"}, [PASS_FILE, OTHER_FILE], file_of, line, target)
 
 
-def make_campaign(path: Path, tests: list[tuple[list[int] | None, float, list[str], bool]], time_s: float = 60.0):
+def make_campaign(
+    path: Path,
+    tests: list[tuple[list[int] | None, float, list[str], bool]],
+    time_s: float = 60.0,
+    universe: Universe | None = None,
+):
     """A campaign corpus from (hit branch indices or None, elapsed, ops, has finding) per test."""
-    universe = fake_universe()
-    config = {"seed": 1, "time_s": time_s, "feedback": True, "collector": "python", "pass_filters": None}
+    universe = universe or fake_universe()
+    config = {"seed": 1, "time_s": time_s, "feedback": True, "collector": universe.collector, "pass_filters": None}
     virgin = VirginMap(len(universe))
     with CorpusStore.create(path, config, {"tvm": "0.27.0"}, universe) as store:
         for test_id, (hit, elapsed, ops, finding) in enumerate(tests):
@@ -315,3 +320,37 @@ def test_html_reports(tmp_path, monkeypatch):
     edges = campaign("e", {"src/a.cc:3#0", "src/a.cc:3#1", "src/b.cc:9#4"}, collector="llvm", unit="edge")
     html_report(edges, tmp_path / "html-e")
     assert "src/a.cc" in (tmp_path / "html-e" / "index.html").read_text()
+
+
+def fake_binary_universe() -> Universe:
+    """8 blocks of a prebuilt module: 0-3 in an optimizer file, 4-7 elsewhere."""
+    files = ["onnxruntime/core/optimizer/fuse.cc", "onnxruntime/core/session/run.cc"]
+    n = np.arange(8, dtype=np.int32)
+    return Universe("binary", "block", {"libort.so": "b1d"}, files, (n >= 4).astype(np.int32), n * 16, n)
+
+
+def test_composite_campaign_is_reported_per_collector(tmp_path):
+    joined = Universe.join([fake_universe(), fake_binary_universe()])
+    # python arcs 0-19, then binary blocks 20-27
+    make_campaign(tmp_path / "c", [([0, 1, 20, 21], 1.0, ["Add"], False), ([2, 24], 3.0, ["Mul"], False)], 60, joined)
+    make_campaign(tmp_path / "a", CAMPAIGN_A)
+    with pytest.raises(ReportError, match="which part"):
+        load_corpus(tmp_path / "c", "C")
+    both = load_corpus(tmp_path / "c", "C", part="python")
+    assert both.universe_ident == fake_universe().ident  # the part compares with python alone
+    assert both.covered == {fake_universe().key(i) for i in (0, 1, 2)}
+    assert both.pass_covered == both.covered and both.universe_size == 20
+    binary = load_corpus(tmp_path / "c", "C", part="binary")
+    assert (binary.collector, binary.unit, binary.universe_size) == ("binary", "block", 8)
+    assert binary.covered == {fake_binary_universe().key(i) for i in (0, 1, 4)}
+    assert len(binary.pass_covered) == 2  # the optimizer file's blocks, by the binary defaults
+    assert binary.by_time is not None and binary.by_time.branches[-1] == 3
+
+    out = tmp_path / "out"
+    report = make_report([f"{tmp_path / 'c'}=C", f"{tmp_path / 'a'}=A"], out, ReportOptions(quiet=True))
+    python_rows = json.loads((out / "python" / "report.json").read_text())["campaigns"]
+    assert {r["label"] for r in python_rows} == {"C", "A"}  # A joins the python part only
+    binary_rows = json.loads((out / "binary" / "report.json").read_text())["campaigns"]
+    assert [(r["label"], r["total"]) for r in binary_rows] == [("C", 3)]
+    assert {(r["part"], r["label"]) for r in report.rows} == {("python", "C"), ("python", "A"), ("binary", "C")}
+    assert (out / "python" / "figures" / "venn.png").exists() and (out / "table.csv").exists()

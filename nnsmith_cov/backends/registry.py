@@ -13,6 +13,9 @@ BUILTIN = {
     "onnxoptimizer": "nnsmith_cov.backends.onnxoptimizer:OnnxoptimizerBackend",
 }
 
+# The Python package each built-in backend drives (what a python collector would measure of it).
+PACKAGES = {"ort": "onnxruntime", "tvm": "tvm", "trt": "tensorrt", "onnxoptimizer": "onnxoptimizer"}
+
 
 def check_spec(spec: str) -> str:
     """`spec` if it names a built-in backend or looks like `module:Class`; else ValueError."""

@@ -25,7 +25,7 @@ from nnsmith_cov.corpus.records import CorpusError, TestEntry, TestRecord, Timel
 from nnsmith_cov.corpus.seeds import Seed, SeedPool
 from nnsmith_cov.corpus.store import CorpusStore
 from nnsmith_cov.coverage.collector import pass_filters
-from nnsmith_cov.coverage.covmap import Hits, Novelty, VirginMap
+from nnsmith_cov.coverage.covmap import UNSEEN, Hits, Novelty, VirginMap
 from nnsmith_cov.coverage.universe import Universe
 from nnsmith_cov.feedback.scheduler import Proposal, Scheduler
 from nnsmith_cov.gen.generator import GenConfig, Generated, GenerationError, GenRecord, generate
@@ -90,6 +90,9 @@ class RunStats:
     branches: int | None = None  # covered so far, with a collector (None without)
     pass_branches: int | None = None  # of those, in optimization passes
     universe: int | None = None
+    # a composite collector's parts: name -> [lo, hi) of the map, and (covered, pass-only, universe) each
+    part_ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
+    parts: dict[str, tuple[int, int, int]] = field(default_factory=dict)
     cov_tests: int = 0  # tests that set a new map bit
     last_new_s: float | None = None  # elapsed time of the last such test
     stage_ms: dict[str, list[float]] = field(default_factory=lambda: collections.defaultdict(list))
@@ -111,10 +114,14 @@ class RunStats:
     def refresh_coverage(self, covmap: VirginMap, pass_mask: np.ndarray | None) -> None:
         self.branches, self.pass_branches = covmap.count(), covmap.count(pass_mask)
         self.universe = covmap.size
+        reached = covmap.virgin != UNSEEN
+        passes = reached & pass_mask if pass_mask is not None else np.zeros_like(reached)
+        for name, (lo, hi) in self.part_ranges.items():
+            self.parts[name] = (int(np.count_nonzero(reached[lo:hi])), int(np.count_nonzero(passes[lo:hi])), hi - lo)
 
     def fold_hits(self, covmap: VirginMap, pass_mask: np.ndarray | None, hits: Hits) -> Novelty:
         """Fold one test's hits into the map and these counters."""
-        novelty = covmap.update(hits)
+        novelty = covmap.update(hits, [lo for lo, _ in list(self.part_ranges.values())[1:]])
         if novelty.interesting:
             self.cov_tests += 1
             self.last_new_s = self.elapsed()
@@ -144,7 +151,12 @@ class RunStats:
                 "universe": self.universe,
                 "interesting_tests": self.cov_tests,
                 "last_new_s": None if self.last_new_s is None else round(self.last_new_s, 3),
-            },
+            }
+            | (
+                {"parts": {k: dict(zip(("branches", "pass_branches", "universe"), v)) for k, v in self.parts.items()}}
+                if self.parts
+                else {}
+            ),
         }
 
 
@@ -205,6 +217,7 @@ class Fuzzer:
             self.universe = self.worker.universe()
             self.covmap = VirginMap(len(self.universe))
             self.pass_mask = self.universe.file_mask(pass_filters(self.universe.collector, self.cfg.pass_filters))
+            self.stats.part_ranges = {p.collector: (p.start, p.stop) for p in self.universe.parts}
         config = self.cfg.to_json() | {"versions": self.versions, "coverage": coverage}
         if self.covmap is not None and self.cfg.generator == "nnsmith":  # seeds regrow nnsmith's draws only
             self.seeds = SeedPool(self.covmap.size)

@@ -38,7 +38,20 @@ def _coverage(st: RunStats) -> str:
     if st.branches is None:
         return ""
     last = "never" if st.last_new_s is None else f"{_fmt_time(st.elapsed() - st.last_new_s)} ago"
-    return f"  branches {st.branches} (pass-only {st.pass_branches}, last new {last})  corpus {st.corpus}"
+    return f"  {_branches(st)}, last new {last}  corpus {st.corpus}"
+
+
+def _branches(st: RunStats) -> str:
+    """Covered branches and pass-only: per part for a composite collector (their units differ)."""
+    if not st.parts:
+        return f"branches {st.branches} (pass-only {st.pass_branches})"
+    return " · ".join(f"{name} {n} (pass-only {p})" for name, (n, p, _) in st.parts.items())
+
+
+def _covered(st: RunStats) -> str:
+    if not st.parts:
+        return f"{st.branches} of {st.universe} branches covered ({st.pass_branches} in passes)"
+    return "; ".join(f"{name}: {n} of {u} covered ({p} in passes)" for name, (n, p, u) in st.parts.items())
 
 
 def summary(st: RunStats) -> Group:
@@ -63,11 +76,6 @@ def summary(st: RunStats) -> Group:
         f"{st.no_values} without NaN/Inf-free values ({st.infeasible} more dropped unsearched as proven so), "
         f"{st.gen_failed} not generated, "
         f"{st.restarts} worker restarts, {st.faults} internal faults"
-        + (
-            ""
-            if st.branches is None
-            else f"; {st.branches} of {st.universe} branches covered ({st.pass_branches} in passes), "
-            f"{st.cov_tests} tests brought new coverage"
-        )
+        + ("" if st.branches is None else f"; {_covered(st)}, {st.cov_tests} tests brought new coverage")
     )
     return Group(head, counts, sigs, times)

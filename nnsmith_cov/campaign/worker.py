@@ -83,11 +83,16 @@ class Worker:
         if ask is None:
             self.collector_error = f"{collector.name} collector: needs a parent that attaches to the worker"
             return self._load_backends(specs)
+        # A composite's natively measured backends (TVM) load first, here: importing TVM after the
+        # agent began following the measuring thread leaves that thread unfollowed (no blocks counted).
+        native = [s for s in specs if getattr(collector, "claimed", lambda _: False)(s)]
+        self._load_backends(native)
+        followed = [s for s in specs if s not in native]
         answer = ask(collector.follow_request())
         if answer.get("error"):
             self.collector_error = answer["error"]
-            return self._load_backends(specs)
-        collector.call(lambda: self._load_backends(specs))
+            return self._load_backends(followed)
+        collector.call(lambda: self._load_backends(followed))
         try:
             answer = ask(collector.locate_request())
         except CollectorError as e:
@@ -95,10 +100,11 @@ class Worker:
         if answer.get("error"):
             self.collector_error = answer["error"]
 
-    def measured(self, fn: Callable[[], Any]) -> Any:
-        """Run `fn` where the collector sees it: on its measuring thread when it has one."""
+    def measured(self, fn: Callable[[], Any], backend: str = "") -> Any:
+        """Run `fn` (a call into `backend`) where the collector sees it: on its measuring thread
+        when it has one, unless a composite's thread-less part measures that backend here."""
         if self.collector is not None and self.collector_error is None and hasattr(self.collector, "call"):
-            return self.collector.call(fn)
+            return self.collector.call(fn, backend)
         return fn()
 
     def _load_backends(self, specs: list[str]) -> None:
@@ -172,16 +178,22 @@ class Worker:
         from nnsmith_cov.coverage.self_check import compare_runs, fixed_model
 
         onnx_bytes, inputs = fixed_model()
+        claimed = getattr(self.collector, "claimed", lambda _: False)  # a composite's natively measured ones
         for spec, backend in self.backends.items():
+            if claimed(spec):
+                continue
             run = lambda b=backend: b.run(b.compile(b.load(onnx_bytes), Opt.OPT), inputs)
             native = run()
             assert self.collector is not None
             self.collector.start()
-            followed = [self.measured(run) for _ in range(2)]
+            followed = [self.measured(run, spec) for _ in range(2)]
             hits = self.collector.stop()
             problem = compare_runs(native, followed)
             if problem is None and not len(hits):
-                problem = "the collector counted no blocks (the agent is not following the measuring thread)"
+                problem = (
+                    "the collector counted no blocks (the backend does not run the followed module, "
+                    "or the agent lost the measuring thread)"
+                )
             if problem is not None:
                 return {"kind": "checked", "ok": False, "detail": f"{spec}: {problem}"}
         return {"kind": "checked", "ok": True, "detail": ""}
@@ -299,17 +311,17 @@ class Worker:
             return result
 
         with self.covered(reply, covered):
-            result = self.measured(once)
+            result = self.measured(once, msg["backend"])
         if covered and "hits" in reply and hasattr(self.collector, "settle"):
             first_ms = dict(ms)
-            self._calibrate(reply, once, _input_key(msg))
+            self._calibrate(reply, once, _input_key(msg), msg["backend"])
             ms.clear()
             ms.update(first_ms)  # the timings of the run whose outputs are reported
         if "error" in reply:
             return reply
         return reply | {"kind": "outputs", "outputs": encode_arrays(result), "ms": ms}
 
-    def _calibrate(self, reply: dict[str, Any], once: Callable[[], Any], key: str) -> None:
+    def _calibrate(self, reply: dict[str, Any], once: Callable[[], Any], key: str, backend: str) -> None:
         """Run again what reached unseen blocks; keep only what both runs reached (see `settle`)."""
         from nnsmith_cov.coverage.covmap import Hits
 
@@ -322,7 +334,7 @@ class Worker:
             reran.append(True)
             kept = dict(reply)
             collector.start()
-            self.measured(once)
+            self.measured(once, backend)
             reply.clear()
             reply.update(kept)  # the reply reports the first run
             return collector.stop()

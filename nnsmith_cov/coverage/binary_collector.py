@@ -215,7 +215,8 @@ class BinaryCollector:
             self._universe = self.layout.universe()
         return self._universe
 
-    def call(self, fn: Callable[[], T]) -> T:
+    def call(self, fn: Callable[[], T], backend: str = "") -> T:
+        """Run `fn` on the measuring thread (every backend: this collector alone routes nothing)."""
         return self.thread.call(fn)
 
     def start(self) -> None:

@@ -58,8 +58,11 @@ PASS_FILTERS: dict[str, tuple[str, ...]] = {
 
 
 def pass_filters(collector: str, given: Sequence[str] | None = None) -> list[str]:
-    """The pass-only filters in force: `given` when set, else the collector's defaults."""
-    return list(given) if given is not None else list(PASS_FILTERS.get(collector, ()))
+    """The pass-only filters in force: `given` when set, else the collector's defaults (a
+    composite's: each part's; their paths do not overlap)."""
+    if given is not None:
+        return list(given)
+    return list(dict.fromkeys(f for part in collector.split("+") for f in PASS_FILTERS.get(part, ())))
 
 
 BUILTIN = {
@@ -70,8 +73,23 @@ BUILTIN = {
 
 
 def make_collector(name: str, targets: Sequence[str] = ()) -> Collector:
-    """The collector `name` (built in, or `module:Class`), measuring `targets` (its own
-    default when empty: Python packages for `python`, shared-library globs for `llvm`)."""
+    """The collector `name` (built in, `module:Class`, or several joined by `+`), measuring
+    `targets` (its own default when empty: Python packages for `python`, shared-library globs
+    for `llvm`); `NAME=TARGET` addresses one part of a composite (see `composite.part_targets`)."""
+    from nnsmith_cov.coverage import composite
+
+    names = name.split("+")
+    if len(set(names)) != len(names):
+        raise CollectorError(f"collector {name!r} names a part twice")
+    made = [_make_one(n, composite.part_targets(n, targets, i == 0, names)) for i, n in enumerate(names)]
+    if len(made) == 1:
+        return made[0]
+    if any(hasattr(c, "call") for c in made):
+        return composite.FollowedComposite(made)
+    return composite.CompositeCollector(made)
+
+
+def _make_one(name: str, targets: Sequence[str]) -> Collector:
     if name not in BUILTIN and not (name.count(":") == 1 and all(name.split(":"))):
         raise CollectorError(f"unknown collector {name!r} (built in: {', '.join(BUILTIN)}; or module:Class)")
     module, _, cls = BUILTIN.get(name, name).partition(":")

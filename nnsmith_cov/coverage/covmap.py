@@ -15,7 +15,8 @@ sparse hits, never a loop over the whole map.
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -94,6 +95,8 @@ class Novelty:
 
     new_branches: int  # branches no earlier test reached
     new_buckets: int  # known branches reached a new number of times
+    # a composite collector's map: the same two counts per part (not stored; see `reward_of`)
+    parts: tuple[tuple[int, int], ...] = field(default=(), compare=False)
 
     @property
     def interesting(self) -> bool:
@@ -129,9 +132,15 @@ class VirginMap:
         new_branches = int(np.count_nonzero(fresh & (virgin == UNSEEN)))
         return Novelty(new_branches, int(np.count_nonzero(fresh)) - new_branches)
 
-    def update(self, hits: Hits) -> Novelty:
-        """Record `hits`; returns what they added (AFL's has_new_bits, then clear)."""
+    def update(self, hits: Hits, parts: Sequence[int] = ()) -> Novelty:
+        """Record `hits`; returns what they added (AFL's has_new_bits, then clear), also per part
+        of the map when `parts` gives where each part after the first starts."""
         found = self.novelty(hits)
+        if parts and found.interesting:
+            cuts = np.searchsorted(hits.index, parts)
+            pieces = [Hits(i, c) for i, c in zip(np.split(hits.index, cuts), np.split(hits.count, cuts), strict=True)]
+            per_part = tuple((n.new_branches, n.new_buckets) for n in map(self.novelty, pieces))
+            found = Novelty(found.new_branches, found.new_buckets, per_part)
         if found.interesting:
             self.virgin[hits.index] &= ~classify(hits.count)
         return found

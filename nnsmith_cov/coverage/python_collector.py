@@ -130,6 +130,14 @@ class PythonCollector:
         self._data: _TraceData | None = None
         self.unmapped = 0  # arcs that ran but are not in the static universe (e.g. exception paths)
 
+    def claims(self, backend: str) -> bool:
+        """This collector measures the Python package of built-in `backend` (a composite runs it
+        on the thread this collector traces)."""
+        from nnsmith_cov.backends.registry import PACKAGES
+
+        package = PACKAGES.get(backend)
+        return package is not None and package in {p.split(".")[0] for p in self.packages}
+
     # -- the universe --------------------------------------------------------------
     def _files(self) -> list[tuple[str, Path]]:
         """(relative name, absolute path) of every measured file, sorted by name."""

@@ -11,7 +11,11 @@ from nnsmith_cov.coverage.universe import Universe
 
 
 def coverage_summary(universe: Universe, covered: np.ndarray, pass_filters: Sequence[str], top: int = 15) -> dict:
-    """JSON-ready figures for the branch indices `covered` (unique) of `universe`."""
+    """JSON-ready figures for the branch indices `covered` (unique) of `universe`; a composite's
+    universe gives one summary per part (branches of different collectors do not add up)."""
+    if universe.parts:
+        parts = [coverage_summary(u, idx, pass_filters, top) for u, idx in universe.split_index(covered)]
+        return {"collector": universe.collector, "universe": {"ident": universe.ident}, "parts": parts}
     covered = np.asarray(covered, dtype=np.int64)
     n = len(universe)
     passes = universe.file_mask(pass_filters)
@@ -42,6 +46,8 @@ def _pct(part: int, whole: int) -> float:
 
 def format_summary(s: dict[str, Any]) -> str:
     """A few readable lines of a `coverage_summary`."""
+    if "parts" in s:
+        return "\n".join(format_summary(part) for part in s["parts"])
     p = s["pass_only"]
     lines = [
         f"{s['collector']} collector, universe {s['universe']['ident']}: "

@@ -4,19 +4,28 @@ Branch i of a universe is the same branch in every run, on every machine, with t
 same builds of the systems under test: maps index branches by that number, and
 `ident` (a content hash) says whether two maps share a numbering.
 
-On-disk form (schema 1), a zlib-compressed msgpack map:
+On-disk form (schema 2; schema 1 is the same without "parts"), a zlib-compressed msgpack map:
 
-    {"schema": 1, "collector": "python", "kind": "arc",
+    {"schema": 2, "collector": "python", "kind": "arc",
      "build": {"tvm": "0.27.0.post1", "torch": "2.13.0+cpu"},
      "files": ["tvm/relax/op/base.py", ...],
-     "file_of": <int32 bytes>, "line": <int32 bytes>, "target": <int32 bytes>}
+     "file_of": <int32 bytes>, "line": <int32 bytes>, "target": <int32 bytes>,
+     "parts": []}
 
 `kind` says what `target` holds: "arc" (python: the line the arc goes to, negative
-for a function exit), "edge" (llvm: the counter's ordinal in its module).
+for a function exit), "edge" (llvm: the counter's ordinal in its module), "block"
+(binary: a slot of a function's code).
+
+A composite collector (`python+binary`) measures with several collectors at once:
+its universe is theirs laid end to end (`join`), one part per collector, each
+keeping its own numbering, files and kind; `split` gives each part back as the
+universe its collector alone would have made (same `ident`), so a part of a
+composite campaign compares with a campaign of that collector alone.
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import zlib
 from collections.abc import Sequence
@@ -26,7 +35,7 @@ from pathlib import Path
 import msgpack
 import numpy as np
 
-UNIVERSE_SCHEMA = 1
+UNIVERSE_SCHEMA = 2
 
 
 @dataclass(frozen=True)
@@ -42,6 +51,19 @@ class Branch:
         return f"{self.file}:{self.line}{sep}{self.target}"
 
 
+@dataclass(frozen=True)
+class Part:
+    """One collector's share of a joined universe: branches [start, stop), files [file_start, file_stop)."""
+
+    collector: str
+    kind: str
+    start: int
+    stop: int
+    file_start: int
+    file_stop: int
+    build: dict[str, str]
+
+
 @dataclass
 class Universe:
     collector: str
@@ -51,7 +73,9 @@ class Universe:
     file_of: np.ndarray  # int32 per branch
     line: np.ndarray  # int32 per branch
     target: np.ndarray  # int32 per branch
+    parts: tuple[Part, ...] = ()  # a joined universe's collectors, in order (empty: one collector)
     ident: str = field(init=False)
+    _split: list[tuple[int, Universe]] | None = field(init=False, default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         n = len(self.file_of)
@@ -63,13 +87,68 @@ class Universe:
         h.update("\0".join(self.files).encode())
         for a in (self.file_of, self.line, self.target):
             h.update(np.ascontiguousarray(a, dtype="<i4").tobytes())
+        for p in self.parts:
+            h.update(f"\0{p.collector}\0{p.kind}\0{p.start}\0{p.stop}\0{p.file_start}\0{p.file_stop}".encode())
+        if self.parts and (self.parts[0].start, self.parts[-1].stop) != (0, n):
+            raise ValueError("universe: its parts do not cover its branches")
         self.ident = h.hexdigest()[:16]
+
+    @staticmethod
+    def join(universes: Sequence[Universe]) -> Universe:
+        """The universes laid end to end, one part each (a composite collector's universe)."""
+        parts, files, arrays = [], [], []
+        start = 0
+        for u in universes:
+            if u.parts:
+                raise ValueError("universe: cannot join a joined universe")
+            parts.append(
+                Part(u.collector, u.kind, start, start + len(u), len(files), len(files) + len(u.files), u.build)
+            )
+            arrays.append((u.file_of + len(files), u.line, u.target))
+            files += u.files
+            start += len(u)
+        cat = [np.concatenate([a[k] for a in arrays]).astype(np.int32) for k in range(3)]
+        kinds = {u.kind for u in universes}
+        kind = kinds.pop() if len(kinds) == 1 else "mixed"
+        build = {k: v for u in universes for k, v in u.build.items()}
+        return Universe("+".join(u.collector for u in universes), kind, build, files, *cat, tuple(parts))
+
+    def split(self) -> list[tuple[int, Universe]]:
+        """(offset, universe) per part: each as its collector alone numbers it ([(0, self)] when not joined)."""
+        if not self.parts:
+            return [(0, self)]
+        if self._split is not None:
+            return self._split
+        out = []
+        for p in self.parts:
+            file_of = self.file_of[p.start : p.stop] - p.file_start
+            files = self.files[p.file_start : p.file_stop]
+            u = Universe(
+                p.collector,
+                p.kind,
+                dict(p.build),
+                files,
+                file_of,
+                self.line[p.start : p.stop],
+                self.target[p.start : p.stop],
+            )
+            out.append((p.start, u))
+        self._split = out
+        return out
+
+    def split_index(self, index: np.ndarray) -> list[tuple[Universe, np.ndarray]]:
+        """Branch indices of this universe as (part, indices in that part's numbering), per part."""
+        index = np.asarray(index, dtype=np.int64)
+        return [(u, index[(index >= off) & (index < off + len(u))] - off) for off, u in self.split()]
 
     def __len__(self) -> int:
         return len(self.file_of)
 
     def branch(self, i: int) -> Branch:
-        return Branch(self.files[int(self.file_of[i])], int(self.line[i]), int(self.target[i]), self.kind)
+        kind = self.kind
+        if self.parts:
+            kind = self.parts[bisect.bisect_right([p.start for p in self.parts], i) - 1].kind
+        return Branch(self.files[int(self.file_of[i])], int(self.line[i]), int(self.target[i]), kind)
 
     def key(self, i: int) -> str:
         return self.branch(i).key()
@@ -94,6 +173,7 @@ class Universe:
             "file_of": self.file_of.astype("<i4").tobytes(),
             "line": self.line.astype("<i4").tobytes(),
             "target": self.target.astype("<i4").tobytes(),
+            "parts": [vars(p) for p in self.parts],
         }
         return zlib.compress(msgpack.packb(body, use_bin_type=True), 6)
 
@@ -101,10 +181,11 @@ class Universe:
     def from_bytes(data: bytes) -> Universe:
         try:
             body = msgpack.unpackb(zlib.decompress(data), raw=False)
-            if body.get("schema") != UNIVERSE_SCHEMA:
+            if body.get("schema") not in (1, UNIVERSE_SCHEMA):
                 raise ValueError(f"schema {body.get('schema')!r}, expected {UNIVERSE_SCHEMA}")
             arrays = [np.frombuffer(body[k], dtype="<i4").astype(np.int32) for k in ("file_of", "line", "target")]
-            return Universe(body["collector"], body["kind"], dict(body["build"]), list(body["files"]), *arrays)
+            parts = tuple(Part(**p) for p in body.get("parts", ()))
+            return Universe(body["collector"], body["kind"], dict(body["build"]), list(body["files"]), *arrays, parts)
         except (zlib.error, ValueError, KeyError, TypeError, msgpack.UnpackException) as e:
             raise ValueError(f"not a branch universe: {e}") from None
 

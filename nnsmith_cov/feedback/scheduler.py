@@ -133,9 +133,14 @@ def reward_of(novelty: Novelty | None) -> float:
     Bounded so that it reads as "how interesting" for the Beta posteriors: the
     bandit learns the rate of tests that add coverage, not the size of early
     windfalls (the first tests add thousands of branches whatever they contain).
+    Under a composite collector each part's map counts the same: the mean of the
+    parts' rewards, so ORT's blocks, new in almost every early test, cannot drown
+    TVM's arcs.
     """
     if novelty is None:
         return 0.0
+    if novelty.parts:
+        return sum(min(1.0, Novelty(*p).reward) for p in novelty.parts) / len(novelty.parts)
     return min(1.0, novelty.reward)
 
 

@@ -26,7 +26,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("-o", "--corpus", "--output", dest="output", type=Path, required=True, help="new campaign folder")
     p.add_argument("--backends", type=_backends, default=["ort", "tvm"], help="comma list (default ort,tvm)")
     p.add_argument(
-        "--collector", type=_collector, default="python", help="python, llvm or module:Class (default python)"
+        "--collector",
+        type=_collector,
+        default="python",
+        help="python, llvm, binary, python+binary or module:Class (default python)",
     )
     p.add_argument(
         "--cov-targets",
@@ -61,7 +64,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from nnsmith_cov.replay.sources import SourceError, open_sources
 
     if args.collector == "none":
-        raise CliError("a replay measures coverage: --collector python, llvm or module:Class")
+        raise CliError("a replay measures coverage: --collector python, llvm, binary, python+binary or module:Class")
     if (args.output / "config.json").exists() or (args.output / "lmdb").exists():
         raise CliError(f"{args.output} already holds a campaign: choose another folder")
     for src in args.sources:

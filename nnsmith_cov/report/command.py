@@ -14,7 +14,7 @@ from typing import Any
 from nnsmith_cov.report.compare import by_line, check_comparable, pairwise, venn_regions
 from nnsmith_cov.report.export import write_csv, write_json, write_text
 from nnsmith_cov.report.lcov import write_lcov
-from nnsmith_cov.report.load import load_any
+from nnsmith_cov.report.load import load_any, spec_parts
 from nnsmith_cov.report.model import Campaign, ReportError
 from nnsmith_cov.report.table import describe, print_table, table_rows
 
@@ -76,8 +76,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def load_campaigns(specs: Sequence[str], opts: ReportOptions) -> list[Campaign]:
-    campaigns = [load_any(s, opts.pass_filters) for s in specs]
+def load_campaigns(specs: Sequence[str], opts: ReportOptions, part: str | None = None) -> list[Campaign]:
+    campaigns = [load_any(s, opts.pass_filters, part if spec_parts(s) else None) for s in specs]
     check_comparable(campaigns, opts.mixed)
     if opts.line_level:
         campaigns = [by_line(c) for c in campaigns]
@@ -85,9 +85,41 @@ def load_campaigns(specs: Sequence[str], opts: ReportOptions) -> list[Campaign]:
 
 
 def make_report(specs: Sequence[str], out: Path, opts: ReportOptions | None = None) -> Report:
-    """Everything `report` writes, into folder `out`; ReportError for bad input."""
+    """Everything `report` writes, into folder `out`; ReportError for bad input.
+
+    Campaigns of a composite collector (`python+binary`) are reported per part: one full
+    report per collector in `out/<collector>/`, each part beside the campaigns of that
+    collector alone, and a top-level table.csv / report.json listing them all."""
     opts = opts or ReportOptions()
-    campaigns = load_campaigns(specs, opts)
+    parts = list(dict.fromkeys(name for s in specs for name in spec_parts(s)))
+    if not parts:
+        return _make_one(load_campaigns(specs, opts), out, opts)
+    alone = {s: load_any(s, opts.pass_filters) for s in specs if not spec_parts(s)}
+    stray = [c.label for c in alone.values() if c.collector not in parts]
+    if stray and not opts.mixed:
+        raise ReportError(
+            f"{', '.join(stray)}: measured by none of the composite campaigns' collectors ({', '.join(parts)}); "
+            "compare like with like, or pass --mixed"
+        )
+    report = Report([], [])
+    for name in parts:
+        chosen = [s for s in specs if name in spec_parts(s) or (s in alone and alone[s].collector in (name, *stray))]
+        if not opts.quiet:
+            print(f"\n== {name} ==")
+        sub = _make_one(load_campaigns(chosen, opts, name), out / name, opts)
+        report.campaigns += sub.campaigns
+        report.rows += [{"part": name} | row for row in sub.rows]
+        report.files += sub.files
+        report.notes += [f"{name}: {n}" for n in sub.notes]
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(out / "table.csv", report.rows)
+    body = {"parts": {name: f"{name}/report.json" for name in parts}, "campaigns": report.rows}
+    write_text(out / "report.json", json.dumps(body, indent=1) + "\n")
+    report.files += [out / "table.csv", out / "report.json"]
+    return report
+
+
+def _make_one(campaigns: list[Campaign], out: Path, opts: ReportOptions) -> Report:
     rows = table_rows(campaigns)
     out.mkdir(parents=True, exist_ok=True)
     report = Report(campaigns, rows)

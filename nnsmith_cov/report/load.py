@@ -39,8 +39,9 @@ def parse_spec(spec: str) -> tuple[str, Path, str]:
     return kind, path, label
 
 
-def load_any(spec: str, pass_filters: Sequence[str] | None = None) -> Campaign:
-    """The campaign a spec names; imports are read by `report.lcov` / `report.export`."""
+def load_any(spec: str, pass_filters: Sequence[str] | None = None, part: str | None = None) -> Campaign:
+    """The campaign a spec names (of a composite collector's corpus: its `part`); imports are
+    read by `report.lcov` / `report.export`."""
     kind, path, label = parse_spec(spec)
     if kind == "lcov":
         from nnsmith_cov.report.lcov import read_lcov
@@ -50,7 +51,20 @@ def load_any(spec: str, pass_filters: Sequence[str] | None = None) -> Campaign:
         from nnsmith_cov.report.export import read_json
 
         return read_json(path, label, pass_filters)
-    return load_corpus(path, label, pass_filters)
+    return load_corpus(path, label, pass_filters, part)
+
+
+def spec_parts(spec: str) -> list[str]:
+    """The collectors of a composite campaign's corpus, in map order; [] for anything else."""
+    kind, path, _ = parse_spec(spec)
+    if kind != "corpus":
+        return []
+    try:
+        with CorpusStore.open(corpus_folder(path), readonly=True) as store:
+            collector = store.meta.collector
+    except CorpusError as e:
+        raise ReportError(str(e)) from None
+    return collector.split("+") if "+" in collector else []
 
 
 def corpus_folder(path: Path) -> Path:
@@ -60,16 +74,17 @@ def corpus_folder(path: Path) -> Path:
     return path
 
 
-def load_corpus(path: Path, label: str, pass_filters: Sequence[str] | None = None) -> Campaign:
-    """Read a campaign corpus readonly (a running campaign may keep writing it)."""
+def load_corpus(path: Path, label: str, pass_filters: Sequence[str] | None = None, part: str | None = None) -> Campaign:
+    """Read a campaign corpus readonly (a running campaign may keep writing it); of a composite
+    collector's campaign, the `part` one collector measured, as if that collector had run alone."""
     try:
         with CorpusStore.open(corpus_folder(path), readonly=True) as store:
-            return _read(store, path, label, pass_filters)
+            return _read(store, path, label, pass_filters, part)
     except CorpusError as e:
         raise ReportError(str(e)) from None
 
 
-def _read(store: CorpusStore, path: Path, label: str, pass_filters: Sequence[str] | None) -> Campaign:
+def _read(store: CorpusStore, path: Path, label: str, pass_filters: Sequence[str] | None, part: str | None) -> Campaign:
     meta = store.meta
     if meta.collector == "none":
         raise ReportError(f"{path}: the campaign measured no coverage (no collector): nothing to report")
@@ -88,9 +103,11 @@ def _read(store: CorpusStore, path: Path, label: str, pass_filters: Sequence[str
         raise ReportError(
             f"{path}: damaged corpus (universe of {len(universe)} branches, meta says {meta.universe_size})"
         )
+    offset, universe = _part(universe, part, path)
     config = meta.config
     filters = _filters(pass_filters, config.get("pass_filters"), universe.collector)
     mask = universe.file_mask(filters)
+    within = lambda index: index[(index >= offset) & (index < offset + len(universe))] - offset
 
     tally = OpTally()
     points: list[tuple[float, int, np.ndarray]] = []  # (elapsed, test id, branch indices) per corpus entry
@@ -98,8 +115,8 @@ def _read(store: CorpusStore, path: Path, label: str, pass_filters: Sequence[str
         hits = store.hits(test_id)
         tally.add(record, hits is not None)
         if hits is not None:
-            points.append((record.elapsed_s, test_id, hits.index.astype(np.int64)))
-    covered = virgin.covered()
+            points.append((record.elapsed_s, test_id, within(hits.index.astype(np.int64))))
+    covered = within(virgin.covered())
     keys = frozenset(universe.key(int(i)) for i in covered)
     pass_keys = frozenset(universe.key(int(i)) for i in covered if mask[i])
     end_tests = max(counters.next_test_id, counters.tests_run)
@@ -132,6 +149,18 @@ def _read(store: CorpusStore, path: Path, label: str, pass_filters: Sequence[str
         ops=tally.rows(_op_tests(path)),
         universe=universe,
     )
+
+
+def _part(universe: Universe, part: str | None, path: Path) -> tuple[int, Universe]:
+    """(offset, universe) of the part asked for; the whole universe when it has no parts."""
+    if not universe.parts:
+        if part is not None and part != universe.collector:
+            raise ReportError(f"{path}: measured by {universe.collector}, not {part}")
+        return 0, universe
+    names = [p.collector for p in universe.parts]
+    if part not in names:
+        raise ReportError(f"{path}: a {universe.collector} campaign; say which part to read ({', '.join(names)})")
+    return universe.split()[names.index(part)]
 
 
 def _op_tests(path: Path) -> dict[str, int] | None:
