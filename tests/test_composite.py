@@ -174,6 +174,12 @@ def test_python_and_binary_campaign_on_ort_and_tvm(tmp_path) -> None:
     assert list(parts) == ["python", "binary"]
     assert parts["python"]["branches"] > 500 and parts["binary"]["branches"] > 5000
     assert parts["python"]["branches"] + parts["binary"]["branches"] == cov["branches"]
+    assert main(["fuzz", "--resume", str(out), "--tests", "6"]) == 0  # the same map and parts go on
+    resumed = json.loads((out / "stats.json").read_text())
+    assert resumed["tests"] == 6
+    for name, before in parts.items():
+        assert resumed["coverage"]["parts"][name]["branches"] >= before["branches"]
+    parts = resumed["coverage"]["parts"]
     assert main(["report", str(out), "-o", str(tmp_path / "report"), "--no-figures"]) == 0
     rows = json.loads((tmp_path / "report" / "report.json").read_text())["campaigns"]
     assert {r["part"]: r["total"] for r in rows} == {k: v["branches"] for k, v in parts.items()}
