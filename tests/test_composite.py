@@ -183,3 +183,8 @@ def test_python_and_binary_campaign_on_ort_and_tvm(tmp_path) -> None:
     assert main(["report", str(out), "-o", str(tmp_path / "report"), "--no-figures"]) == 0
     rows = json.loads((tmp_path / "report" / "report.json").read_text())["campaigns"]
     assert {r["part"]: r["total"] for r in rows} == {k: v["branches"] for k, v in parts.items()}
+
+    again = tmp_path / "replayed"  # replay takes the composite like any collector
+    assert main(["replay", str(out), "--backends", "ort,tvm", "--collector", "python+binary", "-o", str(again)]) == 0
+    replayed = json.loads((again / "stats.json").read_text())["coverage"]["parts"]
+    assert replayed["python"]["branches"] > 500 and replayed["binary"]["branches"] > 5000

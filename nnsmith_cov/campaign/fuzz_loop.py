@@ -8,7 +8,7 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -110,6 +110,12 @@ class RunStats:
         new = header["signature"] not in self.signatures
         self.signatures[header["signature"]] += 1
         return new
+
+    def track(self, universe: Universe, filters: Sequence[str] | None) -> tuple[VirginMap, np.ndarray]:
+        """A fresh map of `universe` and its pass-only mask (`filters`, else the collector's);
+        a composite's parts are counted separately from now on."""
+        self.part_ranges = {p.collector: (p.start, p.stop) for p in universe.parts}
+        return VirginMap(len(universe)), universe.file_mask(pass_filters(universe.collector, filters))
 
     def refresh_coverage(self, covmap: VirginMap, pass_mask: np.ndarray | None) -> None:
         self.branches, self.pass_branches = covmap.count(), covmap.count(pass_mask)
@@ -215,9 +221,7 @@ class Fuzzer:
         coverage = hello.get("collector")
         if coverage:
             self.universe = self.worker.universe()
-            self.covmap = VirginMap(len(self.universe))
-            self.pass_mask = self.universe.file_mask(pass_filters(self.universe.collector, self.cfg.pass_filters))
-            self.stats.part_ranges = {p.collector: (p.start, p.stop) for p in self.universe.parts}
+            self.covmap, self.pass_mask = self.stats.track(self.universe, self.cfg.pass_filters)
         config = self.cfg.to_json() | {"versions": self.versions, "coverage": coverage}
         if self.covmap is not None and self.cfg.generator == "nnsmith":  # seeds regrow nnsmith's draws only
             self.seeds = SeedPool(self.covmap.size)

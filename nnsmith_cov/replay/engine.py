@@ -37,7 +37,6 @@ from nnsmith_cov.campaign.testcase import (
 from nnsmith_cov.campaign.worker_handle import WorkerFault, WorkerHandle
 from nnsmith_cov.corpus.records import TestEntry, TestRecord, TimelineRow
 from nnsmith_cov.corpus.store import CorpusStore
-from nnsmith_cov.coverage.collector import pass_filters
 from nnsmith_cov.coverage.covmap import Novelty, VirginMap
 from nnsmith_cov.coverage.universe import Universe
 from nnsmith_cov.gen.generator import GenConfig
@@ -156,11 +155,12 @@ class Replayer:
         if missing:
             raise ReplayError("; ".join(f"backend {b} is unavailable: {why}" for b, why in missing.items()))
         if not hello.get("collector"):
-            raise ReplayError("a replay measures coverage: name a collector (python, llvm or module:Class)")
+            raise ReplayError(
+                "a replay measures coverage: name a collector (python, llvm, binary, python+binary or module:Class)"
+            )
         self.versions |= {k: str(v) for k, v in hello["versions"].items()}
         self.universe = self.worker.universe()
-        self.covmap = VirginMap(len(self.universe))
-        self.pass_mask = self.universe.file_mask(pass_filters(self.universe.collector, config.get("pass_filters")))
+        self.covmap, self.pass_mask = self.stats.track(self.universe, config.get("pass_filters"))
         self.clock = config["replay"]["clock"]
         self.items = sum(s["items"] for s in config["replay"]["sources"])
         config = config | {"versions": self.versions, "coverage": hello["collector"]}
