@@ -525,3 +525,32 @@ def test_long_sums_of_positive_terms_are_bounded_below(n, proven):
     body[2] = ("ReduceSum", {"axes": [0], "keepdim": True}, (2,), ((1,), F32))
     body[3] = ("Acos", {}, (3,), ((1,), F32))
     assert (prove_infeasible(_net([v], body)) is not None) == proven
+
+
+def test_float16_convolutions_are_searched_in_float32_and_confirmed_in_float16(monkeypatch):
+    # Sqrt(Conv1d(x, w, b)) in float16: the search runs the convolution in float32 (float16's
+    # CPU kernels are several times slower), then one pass at float16 confirms the values and
+    # gives the oracle, which is the plain float16 module's output bit for bit.
+    F16 = DType.float16
+    conv = {"groups": 1, "stride0": 1, "padding0": 1, "dilation0": 1}
+    g = _net(
+        [((2, 3, 8), F16), ((4, 3, 3), F16), ((4,), F16)],
+        [("Conv1d", conv, (0, 1, 2), ((2, 4, 8), F16)), ("Sqrt", {}, (3,), ((2, 4, 8), F16))],
+        weights=(1, 2),
+    )
+    widened: list[bool] = []
+    run_inst = Runner.run_inst
+
+    def spy(self, k, env, shadows):
+        if k in self.wide:
+            widened.append(self.widen)
+        return run_inst(self, k, env, shadows)
+
+    monkeypatch.setattr(Runner, "run_inst", spy)
+    r = search_values(g, 3, max_iters=400, budget_ms=60_000, init=(-1.0, 1.0))
+    assert r.ok and widened[0] and widened[-1] is False and widened.count(False) == 1
+    module = GraphModule(g, op_by_name, r.values)
+    with torch.no_grad():
+        env = module.run(*input_tensors(g, r.values))
+    assert r.oracle[4].dtype == np.float16 and r.oracle[4].tobytes() == env[4].numpy().tobytes()
+    assert search_values(g, 3, "none", init=(-1.0, 1.0)).iterations == 1  # no search: one exact check

@@ -83,6 +83,10 @@ class GraphModule(torch.nn.Module):
     def attrs(self, k: int) -> Attrs:
         return self._attrs[k]
 
+    def fn(self, k: int) -> Callable[..., torch.Tensor]:
+        """Instruction k's function (its spec's forward, or forward_proxy with proxies)."""
+        return self._fns[k]
+
     def spec(self, k: int) -> type[OpSpec]:
         return self._specs[k]
 

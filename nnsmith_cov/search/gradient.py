@@ -300,6 +300,10 @@ def search_values(
     NaN/Inf, or its gradient is zero) but integer or boolean leaves feed it,
     only those leaves are redrawn (a few times before a full restart),
     keeping the float values found so far.
+
+    Float16 convolutions run in float32 while searching (`Runner.widen`);
+    values valid that way are checked once more at float16, which returns
+    them with the oracle, or else the search goes on at float16.
     """
     if method not in METHODS:
         raise ValueError(f"unknown search method {method!r} (choose from {', '.join(METHODS)})")
@@ -307,6 +311,7 @@ def search_values(
         init = SAMPLING_INIT if method == "sampling" else DEFAULT_INIT
     t0 = time.perf_counter()
     s = _Search(graph, seed, init, proxy=proxy and method == "gradient")
+    s.runner.widen &= method != "none"  # one draw, one check: at the graph's own precision
     deadline = t0 + budget_ms / 1000
     iters = 0
     target: int | None = None
@@ -333,6 +338,9 @@ def search_values(
         iters += 1
         with torch.set_grad_enabled(method == "gradient"):
             bad, env, shadows = s.first_invalid()
+        if bad is None and s.runner.widen:  # valid at search precision: check at the graph's own
+            s.runner.widen, pending = False, None
+            continue
         if bad is None:
             return _result(s, True, iters, t0, None, env)
         out_of_time = time.perf_counter() >= deadline or (max_iters is not None and iters >= max_iters)

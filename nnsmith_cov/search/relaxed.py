@@ -31,6 +31,13 @@ ReduceMin, Max and Min pass ALPHA to the elements that are not the extreme.
 
 Without proxy derivatives nothing of this runs: integers and booleans then
 get no gradient at all, as in plain autograd.
+
+Search precision (`Runner.widen`): PyTorch's float16 convolutions run 1.5-5
+times slower on CPU than float32 ones (forward and backward), so while
+searching the runner computes them in float32 and rounds the result to float16
+(an overflow still becomes Inf). The search then checks its values once more
+at the graph's own precision, which alone gives the oracle. (Widening float16
+MatMul and Linear as well gained nothing on the benchmark's 10-node group.)
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ import torch
 import torch.nn.functional as F
 
 from nnsmith_cov.abstract import numeric as num
+from nnsmith_cov.abstract.dtype import DType
 from nnsmith_cov.abstract.op import Attrs, OpSpec
 from nnsmith_cov.abstract.reduce_meta import ArgReduce
 from nnsmith_cov.gen.graph_ir import GraphIR
@@ -49,6 +57,9 @@ from nnsmith_cov.materialize.torch_module import GraphModule
 from nnsmith_cov.ops import op_by_name
 
 Shadows = dict[int, torch.Tensor]
+
+# Slow in float16 on CPU: computed in float32 while searching (see `Runner.widen`).
+WIDE_OPS = frozenset({"Conv1d", "Conv2d", "ConvTranspose1d", "ConvTranspose2d"})
 
 # Float ops whose true derivative vanishes where they saturate (or dips against their
 # trend), and which carry no proxy of their own in their spec: the search runs these.
@@ -118,6 +129,9 @@ class Runner:
         self.proxy = proxy
         self.module = GraphModule(graph, op_by_name, start, proxy=proxy)
         self.useful = self._useful() if proxy else set()
+        f16 = lambda inst: all(graph.types[v].dtype is DType.float16 for v in (*inst.inputs, *inst.outputs))
+        self.wide = frozenset(k for k, inst in enumerate(graph.insts) if inst.op in WIDE_OPS and f16(inst))
+        self.widen = bool(self.wide)  # those run in float32 until set False
 
     def _useful(self) -> set[int]:
         """Integer and boolean values whose shadows can reach a float value (or a domain
@@ -140,6 +154,10 @@ class Runner:
     def run_inst(self, k: int, env: dict[int, torch.Tensor], shadows: Shadows) -> list[torch.Tensor]:
         """Execute instruction k: its outputs go into `env` (and their shadows into `shadows`)."""
         inst = self.graph.insts[k]
+        if self.widen and k in self.wide:  # float inputs and outputs only: no shadows cross it
+            out = self.module.fn(k)(self.attrs(k), *(env[v].float() for v in inst.inputs)).half()
+            env[inst.outputs[0]] = out
+            return [out]
         if not self.proxy or not torch.is_grad_enabled():
             return self.module.run_inst(k, env)
         xs = [env[v] for v in inst.inputs]
