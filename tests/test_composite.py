@@ -42,6 +42,10 @@ def test_joined_universe_splits_back_into_its_parts() -> None:
     assert Universe.join([BIN, PY]).ident != u.ident  # order is part of the numbering
     with pytest.raises(ValueError, match="joined"):
         Universe.join([u, PY])
+    body = msgpack.unpackb(zlib.decompress(u.to_bytes()), raw=False)
+    body["parts"][1]["start"] = 5  # a damaged file: parts that overlap
+    with pytest.raises(ValueError, match="not a branch universe"):
+        Universe.from_bytes(zlib.compress(msgpack.packb(body, use_bin_type=True)))
     parts = u.split_index(np.array([1, 5, 6, 9]))
     assert [(p.collector, idx.tolist()) for p, idx in parts] == [("python", [1, 5]), ("binary", [0, 3])]
 

@@ -89,8 +89,13 @@ class Universe:
             h.update(np.ascontiguousarray(a, dtype="<i4").tobytes())
         for p in self.parts:
             h.update(f"\0{p.collector}\0{p.kind}\0{p.start}\0{p.stop}\0{p.file_start}\0{p.file_stop}".encode())
-        if self.parts and (self.parts[0].start, self.parts[-1].stop) != (0, n):
-            raise ValueError("universe: its parts do not cover its branches")
+        ends = [(0, 0), *((p.stop, p.file_stop) for p in self.parts)]
+        if self.parts and (
+            ends[-1] != (n, len(self.files))
+            or any((p.start, p.file_start) != e for p, e in zip(self.parts, ends, strict=False))
+            or any(p.stop < p.start or p.file_stop < p.file_start for p in self.parts)
+        ):
+            raise ValueError("universe: its parts do not tile its branches and files")
         self.ident = h.hexdigest()[:16]
 
     @staticmethod
