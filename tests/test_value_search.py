@@ -554,3 +554,13 @@ def test_float16_convolutions_are_searched_in_float32_and_confirmed_in_float16(m
         env = module.run(*input_tensors(g, r.values))
     assert r.oracle[4].dtype == np.float16 and r.oracle[4].tobytes() == env[4].numpy().tobytes()
     assert search_values(g, 3, "none", init=(-1.0, 1.0)).iterations == 1  # no search: one exact check
+
+
+def test_a_step_that_breaks_an_op_is_retried_without_that_ops_leaves():
+    # Asin(x + x + Acos(w)) from x = w = 1: Acos sits on its boundary with an infinite slope, so
+    # any step of w breaks it, at any length; x alone can fix Asin. Retrying the step with w
+    # held finds it in a few iterations (undoing and halving the full step never did).
+    g = _graph([("Acos", (1,)), ("Add", (0, 0)), ("Add", (3, 2)), ("Asin", (4,))], 2, weights=(1,))
+    r = search_values(g, 0, "gradient", budget_ms=60_000, max_iters=300, init=(1.0, 1.0))
+    assert r.ok and r.iterations < 20
+    assert np.all(r.values[1] == 1.0) and np.all(np.abs(2 * r.values[0] + np.arccos(r.values[1])) <= 1)

@@ -18,8 +18,9 @@ the leaves that feed an op the gradient cannot move).
 How a step is taken (`MaskedAdam`, `search_values`): Adam's direction, scaled
 by each value's magnitude (at least 1), moving only elements whose gradient
 is non-zero now; a step is undone and retried shorter when it made its target
-worse or broke an op before it, and an op it broke keeps a margin from its
-domain boundary while the target is repaired.
+worse or broke an op before it (first, once, at the same length without moving
+the broken op's leaves), and an op it broke keeps a margin from its domain
+boundary while the target is repaired.
 """
 
 from __future__ import annotations
@@ -142,6 +143,7 @@ class _Step:
     loss: float
     masters: dict[int, torch.Tensor]
     grads: list[torch.Tensor | None]
+    held: bool = False  # retried without moving the leaves of an op the full step broke
 
 
 class _Search:
@@ -188,6 +190,10 @@ class _Search:
 
     def trainable(self) -> list[torch.Tensor]:
         return [m for m in self.masters.values() if m.requires_grad]
+
+    def trainable_leaves(self) -> list[int]:
+        """The leaf of each `trainable()` master, in the same order."""
+        return [v for v, m in self.masters.items() if m.requires_grad]
 
     def _real(self, v: int, m: torch.Tensor) -> torch.Tensor:
         """Leaf v's value in its GraphIR dtype, from its master (differentiable for floats)."""
@@ -283,7 +289,9 @@ def search_values(
     its target's loss went down or the target became valid, and undone and
     retried at half the learning rate when the loss went up or an op before
     the target broke (a full-size step overshoots products of many moving
-    values, and fixing a later op must not break an earlier one). An op a
+    values, and fixing a later op must not break an earlier one). A step that
+    broke an op is first retried once at the same length holding the leaves
+    of that op still, when other leaves move the target. An op a
     step broke becomes a guard: until the target changes, its domain losses
     with a margin of GUARD_MARGIN join the target's loss. The learning rate
     (Adam's, reset on every new target) grows back by half on each kept step,
@@ -372,10 +380,23 @@ def search_values(
             # Worse: an earlier loss of the target violated again, or the same one grown.
             worse = bad == pending.target and (which, -value) < (pending.which, -pending.loss)
             if broke or worse:
-                # Undo the step. An op it broke guards the target from now on; otherwise
-                # take the step again, half as long and without Adam's momentum: a first
-                # Adam step goes along sign(gradient), which a short enough step descends.
+                # Undo the step. If it broke an op and other leaves also move the target,
+                # take it again holding that op's leaves still: a target whose gradient
+                # through the broken op is huge (Acos' slope at +-1) breaks it at any step
+                # length, while another leaf could fix the target alone.
                 s.load(pending.masters)
+                if broke and not pending.held:
+                    cone = s.cones[bad]
+                    held = [None if v in cone else g for v, g in zip(s.trainable_leaves(), pending.grads)]
+                    if any(g is not None and bool(g.any()) for g in held):
+                        pending.grads, pending.held = held, True
+                        opt = MaskedAdam(s.trainable(), opt.lr)
+                        opt.step(held)
+                        s.clamp_masters()
+                        continue
+                # An op it broke guards the target from now on; otherwise take the step
+                # again, half as long and without Adam's momentum: a first Adam step goes
+                # along sign(gradient), which a short enough step descends.
                 opt = MaskedAdam(s.trainable(), opt.lr / 2)
                 if opt.lr < lr / 1024:
                     give_up(pending.target)
