@@ -51,6 +51,27 @@ def _nonneg_float(text: str) -> float:
     return _number(text, float, lambda v: v >= 0, "must be a number >= 0")
 
 
+def _share(text: str) -> float:
+    return _number(text, float, lambda v: 0.0 <= v <= 1.0, "must be a number in [0, 1]")
+
+
+def _opsets(text: str) -> list[int]:
+    """ONNX opsets from "11-20", "13,17,20" or "20"."""
+    from nnsmith_cov.abstract.op import MAX_OPSET, MIN_OPSET
+
+    out: list[int] = []
+    for part in text.split(","):
+        lo, dash, hi = part.strip().partition("-")
+        try:
+            a, b = int(lo), int(hi) if dash else int(lo)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an opset or a range of opsets: {part.strip()!r}") from None
+        if not MIN_OPSET <= a <= b <= MAX_OPSET:
+            raise argparse.ArgumentTypeError(f"opsets must lie within {MIN_OPSET}..{MAX_OPSET}: {part.strip()}")
+        out += range(a, b + 1)
+    return sorted(set(out))
+
+
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -109,9 +130,27 @@ def _add_gen_flags(p: argparse.ArgumentParser) -> None:
         default=GenConfig.timeout_ms,
         help=f"wall-clock safety net per graph (default {GenConfig.timeout_ms})",
     )
+    p.add_argument(
+        "--opsets",
+        type=_opsets,
+        metavar="LIST",
+        help="ONNX opsets to export at, e.g. 11-20 or 13,17,20 (default 20; fuzz with feedback: 11-20, "
+        "weighed by the scheduler)",
+    )
+    p.add_argument(
+        "--dynamic",
+        type=_share,
+        metavar="P",
+        help="share of graphs exported with symbolic input dims (default 0; fuzz with feedback: "
+        "the scheduler's choice)",
+    )
 
 
-def _gen_config(args: argparse.Namespace) -> GenConfig:
+# With feedback, what the scheduler may choose among when the user says nothing.
+FEEDBACK_OPSETS = tuple(range(11, 21))
+
+
+def _gen_config(args: argparse.Namespace, feedback: bool = False) -> GenConfig:
     try:
         ops = select_ops(args.ops)
     except ValueError as e:
@@ -123,6 +162,8 @@ def _gen_config(args: argparse.Namespace) -> GenConfig:
         max_elems=args.max_elems,
         timeout_ms=args.timeout_ms,
         work_budget=args.solver_work,
+        opsets=args.opsets or (FEEDBACK_OPSETS if feedback else GenConfig.opsets),
+        dynamic_prob=args.dynamic or 0.0,
     )
 
 
@@ -354,7 +395,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     feedback = (args.feedback or ("on" if collector else "off")) == "on"
     if feedback and not collector:
         raise CliError("--feedback on needs a coverage collector (--collector python, llvm or binary)")
-    cfg = _gen_config(args)
+    cfg = _gen_config(args, feedback)
     settings = CaseSettings(
         backends=args.backends,
         rtol=args.rtol,
@@ -389,6 +430,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
             cov_targets=args.cov_targets,
             pass_filters=args.pass_filter,
             generator=args.generator,
+            dynamic_arm=feedback and args.dynamic is None,
         )
         fuzzer = Fuzzer(fuzz_cfg, run, worker, lambda ev: _print_event(console, ev), corpus=True)
         with console.status("measuring the branch universe" if collector else "starting"):
@@ -456,6 +498,8 @@ def _restore_fuzz_args(args: argparse.Namespace) -> None:
         args.nodes, args.no_binning = gen["nodes"], not gen["binning"]
         args.max_elems, args.timeout_ms = gen["max_elems"], gen["timeout_ms"]
         args.solver_work = gen.get("work_budget", GenConfig.work_budget)  # campaigns from before it existed
+        # Campaigns from before the export arms: opset 20, static.
+        args.opsets, args.dynamic = gen.get("opsets", list(GenConfig.opsets)), gen.get("dynamic_prob", 0.0)
         args.backends, args.seed = c["backends"], c["seed"]
         args.rtol, args.atol, args.half_rtol, args.half_atol = c["rtol"], c["atol"], c["half_rtol"], c["half_atol"]
         args.timeout_s, args.search, args.no_localize = c["timeout_s"], search["method"], not c["localize"]

@@ -24,6 +24,9 @@ from nnsmith_cov.abstract.symbols import int_sym
 from nnsmith_cov.abstract.tensor import AbsTensor, Dim
 
 MAX_RANK = 5
+# The ONNX opsets a graph may be exported at: below 11 the exporter writes Pad, Slice and
+# TopK with attributes, which the single-node lowering (`abstract.layout.lowered`) does not.
+MIN_OPSET, MAX_OPSET = 11, 20
 ANY_RANK: tuple[int, ...] = tuple(range(MAX_RANK + 1))
 NONSCALAR: tuple[int, ...] = tuple(range(1, MAX_RANK + 1))
 
@@ -82,6 +85,10 @@ class OpSpec:
     vulnerable: ClassVar[bool] = False
     torch_fn: ClassVar[Callable[..., Any] | None] = None
     proxy_fn: ClassVar[Callable[..., Any] | None] = None
+    # The lowest ONNX opset PyTorch's exporter writes the op at, and per input dtype where
+    # ONNX admits that dtype only later (an exporter/ONNX fact, checked by the spec tests).
+    min_opset: ClassVar[int] = MIN_OPSET
+    min_opset_for: ClassVar[dict[DType, int]] = {}
     out_rank: int | None = None  # set by backward insertion before `setup`; None when forward
 
     def __init__(self, uid: int) -> None:
@@ -104,6 +111,11 @@ class OpSpec:
     @classmethod
     def n_outputs(cls) -> int:
         return len(cls.sigs[0][1])
+
+    @classmethod
+    def opset_floor(cls, dtype: DType) -> int:
+        """The lowest opset an instance whose first input has `dtype` can be exported at."""
+        return max(cls.min_opset, cls.min_opset_for.get(dtype, cls.min_opset))
 
     def new_attr(self, name: str, kind: AttrKind = AttrKind.SIZE) -> z3.ArithRef:
         """A fresh symbolic attribute; specs with rank-dependent attrs call it in `setup`."""

@@ -47,6 +47,7 @@ class FuzzConfig:
     pass_filters: list[str] | None = None  # None: the collector's defaults (coverage.collector.PASS_FILTERS)
     timeline_s: float = 5.0  # a coverage-over-time point at least this often
     generator: str = "nnsmith"  # or a baseline: graphfuzzer, lemon (nnsmith_cov.baselines)
+    dynamic_arm: bool = False  # the scheduler chooses the share of dynamic-dim exports (gen.dynamic_prob unused)
 
     def to_json(self) -> dict[str, Any]:
         gen = self.gen
@@ -64,6 +65,8 @@ class FuzzConfig:
                 "max_elems": gen.max_elems,
                 "timeout_ms": gen.timeout_ms,
                 "work_budget": gen.work_budget,
+                "opsets": list(gen.opsets),
+                "dynamic_prob": None if self.dynamic_arm else gen.dynamic_prob,  # None: the scheduler's
                 "ops": sorted(o.name() for o in gen.ops),
                 "name": self.generator,
                 # the scheduler's knobs this generator follows (none without feedback)
@@ -235,8 +238,17 @@ class Fuzzer:
         self._refresh_coverage()
 
     def _new_scheduler(self) -> Scheduler:
-        names = [o.name() for o in self.cfg.gen.ops]
-        return Scheduler(names, self.cfg.gen.nodes, self.cfg.gen.bins, self.cfg.seed, feedback=self.cfg.feedback)
+        gen = self.cfg.gen
+        names = [o.name() for o in gen.ops]
+        return Scheduler(
+            names,
+            gen.nodes,
+            gen.bins,
+            self.cfg.seed,
+            feedback=self.cfg.feedback,
+            opsets=gen.opsets,
+            dynamic=self.cfg.dynamic_arm,
+        )
 
     def _resume(self) -> None:
         """Pick up where the stored campaign stopped: map, scheduler, numbering, time, findings."""

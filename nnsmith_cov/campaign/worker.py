@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import sys
 import time
@@ -136,7 +137,9 @@ class Worker:
         """Export and run a small fixed model once, unmeasured: the first test in a process
         would otherwise also cover one-time set-up code (lazy imports, registries, caches),
         and a test's coverage would depend on whether its worker was fresh."""
+        from nnsmith_cov.abstract.op import MAX_OPSET, MIN_OPSET
         from nnsmith_cov.gen.generator import GenConfig, GenerationError, generate
+        from nnsmith_cov.materialize.model_dir import leaf_values
         from nnsmith_cov.ops import select_ops
 
         done = {"kind": "warm"}
@@ -148,6 +151,13 @@ class Worker:
         prepared = self.prepare(request, covered=False)
         if prepared.get("onnx") is None:
             return done
+        # The exporter sets itself up anew on its first export at each opset and with symbolic
+        # dims: do all of that here too (`graph` itself was exported at MAX_OPSET, static).
+        values = leaf_values(graph, decode_arrays(prepared["values"]))
+        first = graph.inputs[0]
+        for opset in range(MIN_OPSET, MAX_OPSET + 1):
+            dynamic = [(first, 0)] if opset == MAX_OPSET and graph.types[first].shape else []
+            self._export_into({}, dataclasses.replace(graph, opset=opset, dynamic=dynamic), values, covered=False)
         inputs = {k: v for k, v in prepared["values"].items() if k.startswith("i")}
         for spec in msg.get("backends", []):
             if spec in self.backends:

@@ -15,24 +15,28 @@ from nnsmith_cov.coverage.covmap import Novelty
 from nnsmith_cov.feedback.arms import ArmGroup, Label, Prior
 from nnsmith_cov.gen.binning import n_bins
 from nnsmith_cov.gen.generator import GenConfig, GenRecord
+from nnsmith_cov.gen.graph_ir import DEFAULT_OPSET
 
 # Version of the dict `Scheduler.state` returns; bump on any change of its layout.
 # Example (3 ops, k = 2; every count list has one number per arm of its group):
-#   {"schema": 1,
+#   {"schema": 2,
 #    "config": {"op_names": ["Add", "Conv2d", "Relu"], "nodes": 10, "bins_k": 2, "seed": 7,
 #               "feedback": true, "params": {"discount": 0.997, "prior_tests": 4.0,
-#               "lift_cap": 32.0, "floor": 0.2, "size_factors": [0.5, 1.0, 1.5, 2.0]}},
+#               "lift_cap": 32.0, "floor": 0.2, "size_factors": [0.5, 1.0, 1.5, 2.0]},
+#               "opsets": [13, 17, 20], "dynamic": true},
 #    "steps": 120, "rate": {"hits": 3.7, "tests": 101.4, "seconds": 180.2, "timed": 99.0},
 #    "groups": {"op": {"hit_in": [...], "miss_in": [...], "hit_out": [...], "miss_out": [...]},
 #               "direction": {...}, "bin.size": {...}, "bin.pad": {...}, "bin.signed": {...},
-#               "nodes": {...}, "seeded": {...}},
+#               "nodes": {...}, "seeded": {...}, "opset": {...}, "dynamic": {...}},
 #    "rng": {"bit_generator": "PCG64", "state": "0x...", "inc": "0x...", "has_uint32": 0, "uinteger": 0}}
-# 128-bit generator words are hex strings: msgpack integers stop at 64 bits.
-STATE_SCHEMA = 1
+# 128-bit generator words are hex strings: msgpack integers stop at 64 bits. Schema 1 (before
+# the export arms) reads as opsets [20], dynamic false, the two groups without evidence.
+STATE_SCHEMA = 2
 
 BIN_KINDS = (AttrKind.SIZE, AttrKind.PAD, AttrKind.SIGNED)
 DIRECTIONS = ("forward", "backward")
 ORIGINS = ("fresh", "seeded")
+SHAPES = ("static", "dynamic")  # the export's input dims: all concrete, or some symbolic
 _SUMMARY_SAMPLES = 256
 MAX_PRIOR_RATE = 0.9
 COST_CAP = 4.0  # a test counts as at most this many average tests (and at least its inverse)
@@ -85,7 +89,8 @@ class Proposal:
     uniform share, rather than a hundred times the rest. None means uniform.
     `seeded` asks for a test that grows a stored corpus entry instead of
     starting from scratch; a caller that could not follow it (empty corpus)
-    observes `dataclasses.replace(proposal, seeded=False)`.
+    observes `dataclasses.replace(proposal, seeded=False)`. `opset_weights` and
+    `dynamic_prob` None keep the base config's.
     """
 
     op_weights: dict[str, float] | None  # per op spec name
@@ -93,22 +98,34 @@ class Proposal:
     bin_weights: dict[str, list[float]] | None  # per attribute kind, one weight per bin (see binning.n_bins)
     nodes: int
     seeded: bool
+    opset_weights: dict[int, float] | None = None  # per ONNX opset
+    dynamic_prob: float | None = None  # probability of symbolic input dims
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        obj = dataclasses.asdict(self)
+        if self.opset_weights is not None:  # JSON object keys are strings
+            obj["opset_weights"] = {str(k): w for k, w in self.opset_weights.items()}
+        return obj
 
     @staticmethod
     def from_json(obj: Any) -> Proposal:
         if not isinstance(obj, dict) or set(obj) != {f.name for f in dataclasses.fields(Proposal)}:
             raise ValueError("proposal: unexpected fields")
-        ops, bins = obj["op_weights"], obj["bin_weights"]
+        ops, bins, opsets = obj["op_weights"], obj["bin_weights"], obj["opset_weights"]
+        if opsets is not None:
+            if not isinstance(opsets, dict) or not all(isinstance(k, str) and k.isdigit() for k in opsets):
+                raise ValueError("proposal: opset_weights must map opset numbers to weights")
+            opsets = {int(k): w for k, w in opsets.items()}
+        dyn = obj["dynamic_prob"]
+        if dyn is not None and not (_is_number(dyn) and 0.0 <= dyn <= 1.0):
+            raise ValueError("proposal: dynamic_prob must be a number in [0, 1]")
         if ops is not None and not (isinstance(ops, dict) and all(isinstance(k, str) for k in ops)):
             raise ValueError("proposal: op_weights must map names to weights")
         if bins is not None and not (
             isinstance(bins, dict) and all(isinstance(k, str) and isinstance(w, list) for k, w in bins.items())
         ):
             raise ValueError("proposal: bin_weights must map kinds to lists of weights")
-        weights = [*(ops or {}).values(), *(x for w in (bins or {}).values() for x in w)]
+        weights = [*(ops or {}).values(), *(x for w in (bins or {}).values() for x in w), *(opsets or {}).values()]
         if not all(_is_number(x) and math.isfinite(x) and x >= 0 for x in weights):
             raise ValueError("proposal: weights must be finite non-negative numbers")
         fwd, nodes = obj["forward_prob"], obj["nodes"]
@@ -124,6 +141,8 @@ class Proposal:
             None if bins is None else {k: [float(x) for x in w] for k, w in bins.items()},
             obj["nodes"],
             obj["seeded"],
+            None if opsets is None else {k: float(w) for k, w in opsets.items()},
+            None if dyn is None else float(dyn),
         )
 
 
@@ -211,10 +230,16 @@ class Scheduler:
       >= 0.2/arms. What the reward cannot see (diversity of the corpus) is never
       traded away entirely.
 
+    The export arms: `opsets` are the ONNX opsets a graph may be exported at
+    (the generator draws among those its ops allow, by the weights given), and
+    with `dynamic` the share of graphs exported with symbolic input dims is an
+    arm pair (static/dynamic) too.
+
     With `feedback=False` the scheduler proposes plain NNSmith: uniform weights
-    (None), forward_prob 0.5, the configured node count, never seeded; it draws
-    nothing and ignores observations, so the same generator seeds give the same
-    graphs as the unguided loop.
+    (None), forward_prob 0.5, the configured node count, never seeded, the base
+    config's opsets and dynamic share; it draws nothing and ignores
+    observations, so the same generator seeds give the same graphs as the
+    unguided loop.
 
     All its randomness comes from one numpy PCG64 generator seeded with `seed`
     and carried in `state()`: a campaign's proposals replay exactly, and
@@ -229,6 +254,8 @@ class Scheduler:
         seed: int = 0,
         feedback: bool = True,
         params: BanditParams | None = None,
+        opsets: Sequence[int] = (DEFAULT_OPSET,),
+        dynamic: bool = False,
     ) -> None:
         if nodes < 1:
             raise ValueError("nodes must be at least 1")
@@ -243,6 +270,8 @@ class Scheduler:
         self.feedback = feedback
         self.params = params or BanditParams()
         self.sizes = _sizes(nodes, self.params.size_factors)
+        self.opsets = tuple(sorted(set(opsets)))
+        self.dynamic = dynamic
         self.groups: dict[str, ArmGroup] = {
             "op": ArmGroup("op", self.op_names),
             "direction": ArmGroup("direction", DIRECTIONS),
@@ -251,6 +280,8 @@ class Scheduler:
             self.groups[_bin_group(kind)] = ArmGroup(_bin_group(kind), bin_labels(kind, bins_k))
         self.groups["nodes"] = ArmGroup("nodes", self.sizes)
         self.groups["seeded"] = ArmGroup("seeded", ORIGINS)
+        self.groups["opset"] = ArmGroup("opset", self.opsets)
+        self.groups["dynamic"] = ArmGroup("dynamic", SHAPES if dynamic else SHAPES[:1])
         self.steps = 0  # tests observed
         # discounted reward and test count of the whole campaign: the prior's rate
         self._hits = 0.0
@@ -282,23 +313,32 @@ class Scheduler:
             bins[kind.value] = [float(x) * len(probs) for x in probs]
         nodes = self.sizes[g["nodes"].pick(rng, prior, p.floor)]
         seeded = g["seeded"].pick(rng, prior, p.floor) == 1
+        # Per-graph choices, but as shares, not Thompson picks: the generator still has to
+        # draw among the opsets a graph's ops allow, and a mix keeps the coverage varied.
+        opsets = g["opset"].share(rng, prior, p.lift_cap, p.floor)
+        dynamic = g["dynamic"].share(rng, prior, p.lift_cap, p.floor)
         return Proposal(
             {name: float(x) * len(ops) for name, x in zip(self.op_names, ops)},
             float(direction[0]),
             bins,
             nodes,
             seeded,
+            {o: float(x) * len(opsets) for o, x in zip(self.opsets, opsets)},
+            float(dynamic[1]) if self.dynamic else None,
         )
 
     @staticmethod
     def apply(proposal: Proposal, base: GenConfig) -> GenConfig:
-        """`base` with the proposal's knobs (None weights: the generator's uniform default)."""
+        """`base` with the proposal's knobs (None weights: the generator's uniform default;
+        None opset weights or dynamic share: the base config's)."""
         return dataclasses.replace(
             base,
             op_weights=proposal.op_weights,
             forward_prob=proposal.forward_prob,
             bin_weights=proposal.bin_weights,
             nodes=proposal.nodes,
+            opset_weights=base.opset_weights if proposal.opset_weights is None else proposal.opset_weights,
+            dynamic_prob=base.dynamic_prob if proposal.dynamic_prob is None else proposal.dynamic_prob,
         )
 
     # -- learning -------------------------------------------------------------------------
@@ -330,6 +370,9 @@ class Scheduler:
             "nodes": _presence(self.groups["nodes"], [proposal.nodes]),
             "seeded": _presence(self.groups["seeded"], [ORIGINS[proposal.seeded]]),
         }
+        if record.ops:  # a graph was made: it has an export plan
+            exposures["opset"] = _presence(self.groups["opset"], [record.opset])
+            exposures["dynamic"] = _presence(self.groups["dynamic"], [SHAPES[record.dynamic]])
         for kind in BIN_KINDS:
             name = _bin_group(kind)
             kept = [b.bin for b in record.bins if b.kept and b.kind == kind.value]
@@ -357,6 +400,8 @@ class Scheduler:
                 "seed": self.seed,
                 "feedback": self.feedback,
                 "params": self.params.to_json(),
+                "opsets": list(self.opsets),
+                "dynamic": self.dynamic,
             },
             "steps": self.steps,
             "rate": {"hits": self._hits, "tests": self._tests, "seconds": self._seconds, "timed": self._timed},
@@ -367,13 +412,22 @@ class Scheduler:
     @classmethod
     def from_state(cls, state: Any) -> Scheduler:
         """A scheduler that goes on exactly where the one that saved `state` stood; validates it."""
-        if not isinstance(state, dict) or state.get("schema") != STATE_SCHEMA:
+        schema = state.get("schema") if isinstance(state, dict) else None
+        if schema not in (1, STATE_SCHEMA):
             raise ValueError(f"scheduler state: expected schema {STATE_SCHEMA}")
         if set(state) != {"schema", "config", "steps", "rate", "groups", "rng"}:
             raise ValueError("scheduler state: unexpected fields")
         cfg = state["config"]
-        if not isinstance(cfg, dict) or set(cfg) != {"op_names", "nodes", "bins_k", "seed", "feedback", "params"}:
+        keys = {"op_names", "nodes", "bins_k", "seed", "feedback", "params"}
+        if not isinstance(cfg, dict) or set(cfg) != (keys if schema == 1 else keys | {"opsets", "dynamic"}):
             raise ValueError("scheduler state: bad config")
+        if schema == 1:
+            cfg = cfg | {"opsets": [DEFAULT_OPSET], "dynamic": False}
+        opsets = cfg["opsets"]
+        if not isinstance(opsets, list) or not opsets or not all(isinstance(o, int) for o in opsets):
+            raise ValueError("scheduler state: opsets must be a non-empty list of integers")
+        if not isinstance(cfg["dynamic"], bool):
+            raise ValueError("scheduler state: dynamic must be a bool")
         names = cfg["op_names"]
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise ValueError("scheduler state: op_names must be a list of strings")
@@ -381,7 +435,8 @@ class Scheduler:
             raise ValueError("scheduler state: nodes, bins_k and seed must be integers")
         if not isinstance(cfg["feedback"], bool):
             raise ValueError("scheduler state: feedback must be a bool")
-        s = cls(names, cfg["nodes"], cfg["bins_k"], cfg["seed"], cfg["feedback"], BanditParams.from_json(cfg["params"]))
+        params = BanditParams.from_json(cfg["params"])
+        s = cls(names, cfg["nodes"], cfg["bins_k"], cfg["seed"], cfg["feedback"], params, opsets, cfg["dynamic"])
         steps, rate, groups = state["steps"], state["rate"], state["groups"]
         if not isinstance(steps, int) or steps < 0:
             raise ValueError("scheduler state: steps must be a non-negative integer")
@@ -389,10 +444,11 @@ class Scheduler:
             raise ValueError("scheduler state: bad rate")
         if not all(_is_number(rate[k]) and math.isfinite(rate[k]) and rate[k] >= 0 for k in rate):
             raise ValueError("scheduler state: rate counts must be finite and non-negative")
-        if not isinstance(groups, dict) or set(groups) != set(s.groups):
-            raise ValueError(f"scheduler state: expected the groups {sorted(s.groups)}")
-        for name, g in s.groups.items():
-            g.load_json(groups[name])
+        fresh = {"opset", "dynamic"} if schema == 1 else set()  # a schema-1 state has no evidence for them
+        if not isinstance(groups, dict) or set(groups) != set(s.groups) - fresh:
+            raise ValueError(f"scheduler state: expected the groups {sorted(set(s.groups) - fresh)}")
+        for name in groups:
+            s.groups[name].load_json(groups[name])
         s.steps, s._hits, s._tests = steps, float(rate["hits"]), float(rate["tests"])
         s._seconds, s._timed = float(rate.get("seconds", 0.0)), float(rate.get("timed", 0.0))
         _rng_from_json(s._rng, state["rng"])

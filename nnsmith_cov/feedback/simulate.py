@@ -46,6 +46,12 @@ def synthetic_record(
         for idx in rng.choice(len(labels), size=rng.poisson(per_node * proposal.nodes), p=p):
             owner = f"{names[ops[rng.integers(len(ops))]]}#0"
             record.bins.append(BinChoice(owner, "a", kind.value, labels[idx], bool(rng.random() < keep_prob)))
+    # The export plan, drawn only where there is a choice (so plain proposals replay as before).
+    opsets = sorted(proposal.opset_weights or {})
+    if len(opsets) > 1:
+        record.opset = opsets[rng.choice(len(opsets), p=_normalized(proposal.opset_weights, opsets))]
+    if proposal.dynamic_prob is not None:
+        record.dynamic = bool(rng.random() < proposal.dynamic_prob)
     return record
 
 
@@ -75,6 +81,17 @@ class Trace:
             out.append(1.0 / k if w is None else w[index] / sum(w))
         return float(np.mean(out))
 
+    def opset_prob(self, opset: int, lo: int = 0, hi: int | None = None) -> float:
+        """Mean probability of exporting at `opset` (0 for proposals without opset weights)."""
+        out = []
+        for p in self.proposals[lo:hi]:
+            w = p.opset_weights or {}
+            out.append(w.get(opset, 0.0) / sum(w.values()) if w else 0.0)
+        return float(np.mean(out))
+
+    def dynamic_prob(self, lo: int = 0, hi: int | None = None) -> float:
+        return float(np.mean([p.dynamic_prob or 0.0 for p in self.proposals[lo:hi]]))
+
     def rate(self, lo: int = 0, hi: int | None = None) -> float:
         """Share of interesting tests."""
         return float(np.mean(self.interesting[lo:hi]))
@@ -94,6 +111,6 @@ def run(scheduler: Scheduler, rule: Rule, tests: int, seed: int) -> Trace:
     return trace
 
 
-def _normalized(weights: dict[str, float] | None, names: Sequence[str]) -> np.ndarray:
+def _normalized(weights: dict | None, names: Sequence) -> np.ndarray:
     w = np.array([1.0 if weights is None else weights.get(n, 1.0) for n in names])
     return w / w.sum()

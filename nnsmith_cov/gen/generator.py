@@ -16,16 +16,19 @@ import z3
 
 from nnsmith_cov.abstract.choice import ChoiceSource
 from nnsmith_cov.abstract.dtype import DType
-from nnsmith_cov.abstract.op import AttrKind, OpSpec
+from nnsmith_cov.abstract.op import MAX_OPSET, MIN_OPSET, AttrKind, OpSpec
 from nnsmith_cov.abstract.symbols import fresh_context, int_sym
 from nnsmith_cov.abstract.tensor import AbsTensor
 from nnsmith_cov.gen.binning import BinChoice, draw_bin, weights_for
 from nnsmith_cov.gen.feasibility import prove_infeasible
-from nnsmith_cov.gen.graph_ir import GraphIR, Inst
+from nnsmith_cov.gen.graph_ir import DEFAULT_OPSET, GraphIR, Inst
 from nnsmith_cov.gen.solver import BudgetSolver, SolverTimeout
 
 # Rank of the first placeholder: mostly 2-4, as real models are.
 _FIRST_RANK_WEIGHTS = (1, 2, 3, 4, 4, 1)
+# In a graph exported with dynamic dims, each input dim is symbolic with this probability
+# (at least one is): with every dim symbolic most models fail to export or to import.
+DYNAMIC_DIM_PROB = 0.3
 
 
 class GenerationError(Exception):
@@ -45,6 +48,11 @@ class GenConfig:
     bin_weights: Mapping[str, Sequence[float]] | None = None
     max_elems: int = 1 << 16
     weight_prob: float = 0.5  # a free placeholder becomes a weight (else a model input)
+    # The ONNX opsets the graph may be exported at: one is drawn (`opset_weights`) among those
+    # every op of the graph exports at; signatures needing more than the highest are not used.
+    opsets: Sequence[int] = (DEFAULT_OPSET,)
+    opset_weights: Mapping[int, float] | None = None
+    dynamic_prob: float = 0.0  # the graph's inputs get symbolic dims in the ONNX signature
     # Z3 work units (deterministic, unlike seconds): per check (about 0.5 s here) and per
     # graph, all checks together (about 2.5-5 s here); seconds only as a safety net.
     check_rlimit: int = 5_000_000
@@ -72,6 +80,10 @@ class GenConfig:
             raise ValueError("max_elems must be at least 1")
         if self.feasible_attempts < 0:
             raise ValueError("feasible_attempts must be at least 0")
+        if not self.opsets or any(not MIN_OPSET <= o <= MAX_OPSET for o in self.opsets):
+            raise ValueError(f"opsets must be within {MIN_OPSET}..{MAX_OPSET}")
+        if not 0.0 <= self.dynamic_prob <= 1.0:
+            raise ValueError("dynamic_prob must be in [0, 1]")
 
 
 @dataclass
@@ -94,6 +106,8 @@ class GenRecord:
     insert_draws: int = 0
     stream: int = 0  # the ChoiceSource stream the graph was drawn from
     infeasible: list[str] = field(default_factory=list)  # why earlier streams' graphs were dropped
+    opset: int = DEFAULT_OPSET  # the ONNX opset the graph is exported at
+    dynamic: bool = False  # exported with symbolic input dims
 
     def to_json(self) -> dict:
         return {
@@ -110,6 +124,8 @@ class GenRecord:
             "insert_draws": self.insert_draws,
             "stream": self.stream,
             "infeasible": self.infeasible,
+            "opset": self.opset,
+            "dynamic": self.dynamic,
         }
 
 
@@ -164,9 +180,15 @@ class _Builder:
         return [i for i, v in enumerate(self.values) if v.producer is None]
 
     # -- insertion -----------------------------------------------------------------
+    def exportable(self, op: type[OpSpec] | OpSpec, in_dtype: DType) -> bool:
+        """The op with this first input dtype exports at one of the allowed opsets."""
+        return op.opset_floor(in_dtype) <= max(self.cfg.opsets)
+
     def forward(self, op: OpSpec) -> bool:
         sigs = []
         for sig in op.sigs:
+            if not self.exportable(op, sig[0][0]):
+                continue
             cands = []
             for i, (dt, ranks) in enumerate(zip(sig[0], op.in_ranks)):
                 if i in op.param_inputs:
@@ -227,7 +249,7 @@ class _Builder:
         target = self.draw.choice("bwd.placeholder", cands)
         tt = self.values[target].tensor
         slots = op.infer_input_types(self.draw, (tt.dtype, tt.rank))
-        if slots is None:
+        if slots is None or not self.exportable(op, slots[0][0]):
             return False
         ins = [self.fresh_tensor(dt, r) for dt, r in slots]
         (out,) = op.type_transfer(ins)
@@ -374,14 +396,18 @@ def _generate(cfg: GenConfig, seed: int, prefix: Sequence[tuple[str, int | float
     record = GenRecord(seed=seed, stream=stream)
     solver = BudgetSolver(cfg.timeout_ms, draw.derive_seed("z3.seed"), cfg.check_rlimit, cfg.work_budget)
     b = _Builder(cfg, draw, solver)
-    ops = list(cfg.ops)
+    # Ops none of whose signatures exports at the allowed opsets could never be inserted.
+    ops = [o for o in cfg.ops if any(b.exportable(o, sig[0][0]) for sig in o.sigs)]
+    if not ops:
+        raise GenerationError(f"no operator exports at opsets {sorted(cfg.opsets)}")
     weights = [cfg.op_weights.get(o.name(), 1.0) for o in ops] if cfg.op_weights else None
     try:
         # The first op and direction are drawn before the first placeholder, whose
         # dtype then fits that op on the side it is inserted from.
         pending = (draw.choice("op", ops, weights), draw.coin("forward", cfg.forward_prob))
         side = 0 if pending[1] else 1
-        dtypes = sorted({d for s in pending[0].sigs for d in s[side]}, key=lambda d: d.value)
+        sigs = [s for s in pending[0].sigs if b.exportable(pending[0], s[0][0])]
+        dtypes = sorted({d for s in sigs for d in s[side]}, key=lambda d: d.value)
         # Forward, its rank also fits the op's first data input (Conv2d wants 4).
         ranks = range(len(_FIRST_RANK_WEIGHTS))
         if pending[1]:
@@ -417,6 +443,8 @@ def _generate(cfg: GenConfig, seed: int, prefix: Sequence[tuple[str, int | float
             b.binning(record)
         model = solver.model()
         graph = b.to_graph(model)
+        floor = max(n.op.opset_floor(b.values[n.inputs[0]].tensor.dtype) for n in b.nodes)
+        _plan_export(cfg, draw, graph, floor, record)
     except SolverTimeout as e:
         raise GenerationError(f"solver budget spent ({e})") from None
     record.solver_checks = solver.checks
@@ -425,3 +453,23 @@ def _generate(cfg: GenConfig, seed: int, prefix: Sequence[tuple[str, int | float
     record.gen_ms = (time.perf_counter() - t0) * 1000
     record.draws = draw.record
     return Generated(graph, record)
+
+
+def _plan_export(cfg: GenConfig, draw: ChoiceSource, graph: GraphIR, floor: int, record: GenRecord) -> None:
+    """Draw how the graph becomes ONNX: an opset of at least `floor` (its ops' lowest), and
+    maybe symbolic input dims.
+
+    Nothing is drawn where there is no choice (one allowed opset, `dynamic_prob` 0), so a
+    seed's graph and draws stay what they were before these choices existed.
+    """
+    allowed = sorted(o for o in set(cfg.opsets) if o >= floor)
+    if len(allowed) > 1:
+        weights = [cfg.opset_weights.get(o, 1.0) for o in allowed] if cfg.opset_weights else None
+        graph.opset = draw.choice("export.opset", allowed, weights)
+    else:
+        graph.opset = allowed[0] if allowed else max(cfg.opsets)
+    dims = [(v, d) for v in graph.inputs for d in range(len(graph.types[v].shape))]
+    if cfg.dynamic_prob > 0.0 and dims and draw.coin("export.dynamic", cfg.dynamic_prob):
+        forced = draw.index("export.dynamic_dim", len(dims))
+        graph.dynamic = [p for i, p in enumerate(dims) if i == forced or draw.coin("export.dim", DYNAMIC_DIM_PROB)]
+    record.opset, record.dynamic = graph.opset, bool(graph.dynamic)

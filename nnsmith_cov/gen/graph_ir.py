@@ -1,13 +1,18 @@
 """GraphIR: a generated model as ordered instructions over typed values.
 
-On-disk form (JSON, `SCHEMA_VERSION` 1), value ids dense and defined before use:
+On-disk form (JSON, `SCHEMA_VERSION` 2), value ids dense and defined before use:
 
-    {"schema": 1,
+    {"schema": 2,
      "values": [{"shape": [2, 3], "dtype": "f32"}, {"shape": [3], "dtype": "f32"},
                 {"shape": [2, 3], "dtype": "f32"}],
      "inputs": [0], "weights": [1],
      "insts": [{"op": "Add", "attrs": {"bcast": [[], [1]]}, "inputs": [0, 1], "outputs": [2]}],
-     "outputs": [2]}
+     "outputs": [2],
+     "export": {"opset": 17, "dynamic": [[0, 1]]}}
+
+`export` says how the model becomes ONNX: the opset, and the (input, dim) pairs
+declared symbolic in the model's signature (the test still runs the concrete
+shapes). Schema 1 had no `export`: it reads as opset 20, every dim static.
 """
 
 from __future__ import annotations
@@ -18,10 +23,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from nnsmith_cov.abstract.op import Attrs
+from nnsmith_cov.abstract.op import MAX_OPSET, Attrs
 from nnsmith_cov.abstract.tensor import TensorType
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+DEFAULT_OPSET = MAX_OPSET  # torch 2.13's TorchScript exporter's newest; what schema-1 graphs were exported at
 
 
 class GraphIRError(ValueError):
@@ -48,6 +54,8 @@ class GraphIR:
     weights: list[int]
     insts: list[Inst]
     outputs: list[int] = field(default_factory=list)
+    opset: int = DEFAULT_OPSET
+    dynamic: list[tuple[int, int]] = field(default_factory=list)  # (input value, dim) exported symbolic
 
     # -- well-formedness ---------------------------------------------------------
     def check(self, known_op: Callable[[str], bool] | None = None) -> None:
@@ -81,6 +89,13 @@ class GraphIR:
         for v in self.outputs:
             if v not in defined:
                 raise GraphIRError(f"output {v} undefined")
+        if type(self.opset) is not int or self.opset < 1:
+            raise GraphIRError(f"export opset {self.opset!r} is not a positive integer")
+        for v, d in self.dynamic:
+            if v not in self.inputs or not 0 <= d < len(self.types[v].shape):
+                raise GraphIRError(f"dynamic dim {d} of value {v}: not a dim of a model input")
+        if len(set(self.dynamic)) != len(self.dynamic):
+            raise GraphIRError("a dynamic dim is listed twice")
 
     # -- JSON ----------------------------------------------------------------------
     def to_json(self) -> dict:
@@ -91,6 +106,7 @@ class GraphIR:
             "weights": list(self.weights),
             "insts": [i.to_json() for i in self.insts],
             "outputs": list(self.outputs),
+            "export": {"opset": self.opset, "dynamic": [list(p) for p in self.dynamic]},
         }
 
     def dumps(self) -> str:
@@ -100,8 +116,10 @@ class GraphIR:
     def from_json(cls, obj: Any, known_op: Callable[[str], bool] | None = None) -> GraphIR:
         """Parse and validate; raises GraphIRError on anything malformed."""
         try:
-            if obj.get("schema") != SCHEMA_VERSION:
-                raise GraphIRError(f"unsupported GraphIR schema {obj.get('schema')!r}")
+            schema = obj.get("schema")
+            if schema not in (1, SCHEMA_VERSION):
+                raise GraphIRError(f"unsupported GraphIR schema {schema!r}")
+            export = obj["export"] if schema == SCHEMA_VERSION else {"opset": DEFAULT_OPSET, "dynamic": []}
             graph = cls(
                 types=[TensorType.from_json(t) for t in obj["values"]],
                 inputs=[int(v) for v in obj["inputs"]],
@@ -111,6 +129,8 @@ class GraphIR:
                     for i in obj["insts"]
                 ],
                 outputs=[int(v) for v in obj["outputs"]],
+                opset=export["opset"],
+                dynamic=[(int(v), int(d)) for v, d in export["dynamic"]],
             )
         except GraphIRError:
             raise
@@ -134,9 +154,10 @@ class GraphIR:
     # -- views -----------------------------------------------------------------------
     def text(self) -> str:
         """A readable listing, one line per placeholder and instruction."""
-        lines = [f"# GraphIR {self.content_hash()}: {len(self.insts)} ops"]
+        lines = [f"# GraphIR {self.content_hash()}: {len(self.insts)} ops, ONNX opset {self.opset}"]
         for v in self.inputs:
-            lines.append(f"v{v}: {self.types[v]} = input")
+            dyn = [d for u, d in self.dynamic if u == v]
+            lines.append(f"v{v}: {self.types[v]} = input" + (f"  (dims {dyn} dynamic)" if dyn else ""))
         for v in self.weights:
             lines.append(f"v{v}: {self.types[v]} = weight")
         for inst in self.insts:

@@ -19,11 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import onnx
 import torch
 
 from nnsmith_cov.gen.generator import Generated
 from nnsmith_cov.gen.graph_ir import GraphIR
-from nnsmith_cov.materialize.onnx_export import DEFAULT_OPSET, export_onnx
+from nnsmith_cov.materialize.onnx_export import ExportError, export_onnx
 from nnsmith_cov.materialize.torch_module import GraphModule, input_name, input_tensors, output_name, weight_name
 from nnsmith_cov.ops import op_by_name
 from nnsmith_cov.search.gradient import SearchResult
@@ -39,11 +40,19 @@ class Exported:
     opset: int
 
 
-def materialize_and_export(graph: GraphIR, values: dict[int, np.ndarray], opset: int = DEFAULT_OPSET) -> Exported:
-    """Build the torch module with `values` as weights and export it; raises ExportError."""
+def materialize_and_export(graph: GraphIR, values: dict[int, np.ndarray]) -> Exported:
+    """Build the torch module with `values` as weights and export it as the graph says (its
+    opset and dynamic dims); raises ExportError, also when the exporter wrote a model the
+    ONNX checker refuses (at some opsets, or with symbolic dims, it types nodes outside
+    their schema): a backend must never be blamed for the exporter's model."""
     module = GraphModule(graph, op_by_name, values)
     inputs = input_tensors(graph, values)
-    return Exported(module, inputs, export_onnx(module, inputs, opset), opset)
+    data = export_onnx(module, inputs, graph.opset, graph.dynamic)
+    try:
+        onnx.checker.check_model(onnx.load_from_string(data), full_check=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
+        raise ExportError(f"invalid model: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
+    return Exported(module, inputs, data, graph.opset)
 
 
 def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:

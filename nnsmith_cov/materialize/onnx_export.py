@@ -4,23 +4,31 @@ from __future__ import annotations
 
 import io
 import warnings
+from collections.abc import Sequence
 
 import onnx
 import torch
 
+from nnsmith_cov.gen.graph_ir import DEFAULT_OPSET
 from nnsmith_cov.materialize.torch_module import GraphModule, input_name, output_name
-
-# The exporter's default opset for torch 2.13's TorchScript path.
-DEFAULT_OPSET = 20
 
 
 class ExportError(Exception):
     """PyTorch's exporter failed: a finding about the exporter, not the generator."""
 
 
-def export_onnx(module: GraphModule, inputs: tuple[torch.Tensor, ...], opset: int = DEFAULT_OPSET) -> bytes:
-    """ONNX bytes; inputs, outputs and weights keep GraphIR value ids in their names."""
+def export_onnx(
+    module: GraphModule,
+    inputs: tuple[torch.Tensor, ...],
+    opset: int = DEFAULT_OPSET,
+    dynamic: Sequence[tuple[int, int]] = (),
+) -> bytes:
+    """ONNX bytes at `opset`; inputs, outputs and weights keep GraphIR value ids in their names,
+    and each (input value, dim) in `dynamic` is a named symbolic dim of the model's signature."""
     graph = module.graph
+    axes: dict[str, dict[int, str]] = {}
+    for v, d in dynamic:
+        axes.setdefault(input_name(v), {})[d] = f"{input_name(v)}_d{d}"
     buf = io.BytesIO()
     try:
         with warnings.catch_warnings():
@@ -37,6 +45,7 @@ def export_onnx(module: GraphModule, inputs: tuple[torch.Tensor, ...], opset: in
                 # hide the very operators the graph was generated to test.
                 do_constant_folding=False,
                 export_params=True,
+                dynamic_axes=axes or None,
             )
     except Exception as e:  # the exporter raises anything; all of it is a finding
         raise ExportError(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e

@@ -65,7 +65,7 @@ def check_agreement(graph: GraphIR, values: Mapping[int, np.ndarray]) -> Agreeme
     with torch.no_grad():
         env = module.run(*inputs)
     res.torch_errors = check_types(graph, {v: env[v] for v in module.returned})
-    model_bytes = export_onnx(module, inputs)
+    model_bytes = export_onnx(module, inputs, graph.opset)  # static: shapes are compared
     try:
         onnx.checker.check_model(onnx.load_from_string(model_bytes), full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:

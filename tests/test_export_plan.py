@@ -1,0 +1,253 @@
+"""How a graph becomes ONNX: the opset and symbolic input dims drawn per graph, their
+record in GraphIR, the export itself, and the scheduler's arms over them."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+
+from nnsmith_cov.abstract.dtype import DType
+from nnsmith_cov.abstract.op import MAX_OPSET, MIN_OPSET
+from nnsmith_cov.backends.op_support import probe_graph, sig_key
+from nnsmith_cov.coverage.covmap import Novelty
+from nnsmith_cov.feedback import Proposal, Scheduler
+from nnsmith_cov.feedback.simulate import run
+from nnsmith_cov.gen.generator import GenConfig, GenRecord, generate
+from nnsmith_cov.gen.graph_ir import DEFAULT_OPSET, GraphIR, GraphIRError
+from nnsmith_cov.materialize.model_dir import materialize_and_export
+from nnsmith_cov.materialize.onnx_export import ExportError, opset_of
+from nnsmith_cov.ops import ALL_OPS, op_by_name
+from nnsmith_cov.search.gradient import search_values
+
+ALL_OPSETS = tuple(range(MIN_OPSET, MAX_OPSET + 1))
+
+
+def _floor(graph: GraphIR) -> int:
+    return max(op_by_name(i.op).opset_floor(graph.types[i.inputs[0]].dtype) for i in graph.insts)
+
+
+# -- drawing the plan ---------------------------------------------------------------------
+@pytest.mark.parametrize("seed", range(12))
+def test_the_opset_drawn_is_allowed_and_exports(seed):
+    cfg = GenConfig(nodes=6, ops=ALL_OPS, opsets=ALL_OPSETS)
+    gen = generate(cfg, seed)
+    g = gen.graph
+    assert g.opset in ALL_OPSETS and g.opset >= _floor(g)
+    assert gen.record.opset == g.opset
+    drew = [label for label, _ in gen.record.draws if label == "export.opset"]
+    assert drew == ([] if _floor(g) == MAX_OPSET else ["export.opset"])
+    search = search_values(g, seed)
+    if search.ok:
+        model = onnx.load_from_string(materialize_and_export(g, search.values).onnx)
+        assert opset_of(model) == g.opset
+        onnx.checker.check_model(model, full_check=True)
+
+
+def test_one_allowed_opset_draws_nothing_new():
+    """With the default (opset 20 only, no dynamic dims) a seed's draws and graph are what they
+    were before export plans existed: no export.* draw."""
+    for seed in range(8):
+        gen = generate(GenConfig(nodes=6, ops=ALL_OPS), seed)
+        assert gen.graph.opset == DEFAULT_OPSET and gen.graph.dynamic == []
+        assert not [label for label, _ in gen.record.draws if label.startswith("export.")]
+
+
+def test_the_same_seed_gives_the_same_plan():
+    cfg = GenConfig(nodes=6, ops=ALL_OPS, opsets=ALL_OPSETS, dynamic_prob=0.5)
+    for seed in range(6):
+        a, b = generate(cfg, seed).graph, generate(cfg, seed).graph
+        assert (a.opset, a.dynamic) == (b.opset, b.dynamic)
+        assert a.content_hash() == b.content_hash()
+
+
+def test_opset_weights_steer_the_draw():
+    cfg = GenConfig(nodes=3, ops=ALL_OPS, opsets=ALL_OPSETS, opset_weights={o: 0.001 for o in ALL_OPSETS} | {13: 1.0})
+    drawn = [generate(cfg, s).graph.opset for s in range(20)]
+    assert drawn.count(13) >= 15
+
+
+def test_signatures_needing_a_higher_opset_than_allowed_are_not_used():
+    # Tril/Triu are ONNX Trilu (opset 14); ReduceMax/Min of bool need 20.
+    cfg = GenConfig(nodes=4, ops=[op_by_name(n) for n in ("Tril", "Triu", "ReduceMax", "Relu", "Add")], opsets=(11, 12))
+    for seed in range(15):
+        g = generate(cfg, seed).graph
+        assert g.opset in (11, 12)
+        assert not {"Tril", "Triu"} & set(g.op_counts())
+        assert all(g.types[i.inputs[0]].dtype is not DType.bool for i in g.insts if i.op == "ReduceMax"), (
+            "ReduceMax of bool needs opset 20"
+        )
+
+
+def test_dynamic_dims_are_dims_of_model_inputs_and_at_least_one():
+    cfg = GenConfig(nodes=6, ops=ALL_OPS, dynamic_prob=1.0)
+    seen = 0
+    for seed in range(10):
+        gen = generate(cfg, seed)
+        g = gen.graph
+        has_dims = any(g.types[v].shape for v in g.inputs)
+        assert bool(g.dynamic) == has_dims == gen.record.dynamic
+        for v, d in g.dynamic:
+            assert v in g.inputs and 0 <= d < len(g.types[v].shape)
+        seen += bool(g.dynamic)
+    assert seen >= 5
+    assert not any(generate(GenConfig(nodes=6, ops=ALL_OPS), s).graph.dynamic for s in range(5))
+
+
+# -- GraphIR and the export -----------------------------------------------------------------
+def _small_graph() -> GraphIR:
+    return generate(GenConfig(nodes=3, ops=[op_by_name(n) for n in ("Relu", "Add", "Sigmoid")]), 1).graph
+
+
+def test_graph_json_keeps_the_plan_and_reads_schema_1_as_static_opset_20():
+    g = _small_graph()
+    v = g.inputs[0]
+    g.opset, g.dynamic = 15, [(v, 0)]
+    back = GraphIR.loads(g.dumps())
+    assert (back.opset, back.dynamic) == (15, [(v, 0)])
+    assert back.content_hash() == g.content_hash()
+    old = json.loads(g.dumps())
+    del old["export"]
+    old["schema"] = 1
+    legacy = GraphIR.from_json(old)
+    assert (legacy.opset, legacy.dynamic) == (DEFAULT_OPSET, [])
+    assert "opset 15" in g.text() and "dynamic" in g.text()
+
+
+@pytest.mark.parametrize(
+    "export",
+    [
+        {"opset": "17", "dynamic": []},
+        {"opset": True, "dynamic": []},
+        {"opset": 0, "dynamic": []},
+        {"opset": 17, "dynamic": [[99, 0]]},
+        {"opset": 17, "dynamic": [[0, 7]]},
+        {"opset": 17, "dynamic": [[0, 0], [0, 0]]},
+    ],
+)
+def test_malformed_plans_are_refused(export):
+    obj = json.loads(_small_graph().dumps()) | {"export": export}
+    with pytest.raises(GraphIRError):
+        GraphIR.from_json(obj)
+
+
+def test_a_weight_cannot_be_dynamic():
+    g = generate(GenConfig(nodes=3, ops=[op_by_name("Add")], weight_prob=1.0), 2).graph
+    assert g.weights
+    obj = json.loads(g.dumps()) | {"export": {"opset": 20, "dynamic": [[g.weights[0], 0]]}}
+    with pytest.raises(GraphIRError, match="not a dim of a model input"):
+        GraphIR.from_json(obj)
+
+
+def test_dynamic_dims_are_symbolic_in_the_onnx_signature():
+    g = _small_graph()
+    v = g.inputs[0]
+    assert len(g.types[v].shape) >= 1
+    g.dynamic = [(v, 0)]
+    values = search_values(g, 1).values
+    model = onnx.load_from_string(materialize_and_export(g, values).onnx)
+    (inp,) = [i for i in model.graph.input if i.name == f"i{v}"]
+    dims = inp.type.tensor_type.shape.dim
+    assert dims[0].dim_param == f"i{v}_d0"
+    assert all(d.dim_value == s for d, s in zip(dims[1:], g.types[v].shape[1:]))
+
+
+def test_an_opset_the_exporter_refuses_is_an_export_error():
+    g = generate(GenConfig(nodes=1, ops=[op_by_name("Tril")]), 0).graph
+    g.opset = 13  # below ONNX Trilu
+    with pytest.raises(ExportError):
+        materialize_and_export(g, search_values(g, 0).values)
+
+
+# -- the specs' declared floors ---------------------------------------------------------------
+ALL_SIGS = [(op, sig) for op in ALL_OPS for sig in op.sigs]
+
+
+def _export_checked(graph: GraphIR, values: dict, opset: int) -> None:
+    graph.opset = opset
+    onnx.checker.check_model(onnx.load_from_string(materialize_and_export(graph, values).onnx), full_check=True)
+
+
+@pytest.mark.parametrize("op,sig", ALL_SIGS, ids=[f"{op.name()}-{sig_key(sig)}" for op, sig in ALL_SIGS])
+def test_a_declared_floor_is_where_the_export_starts_to_work(op, sig):
+    """Every signature exports (and passes the checker) at its declared floor; above
+    MIN_OPSET the floor is tight: one opset below fails."""
+    graph = probe_graph(op, sig)
+    if graph is None:
+        pytest.skip("no single-op graph of this signature")  # as the support probe says "untested"
+    search = search_values(graph, 0)
+    assert search.ok
+    floor = op.opset_floor(sig[0][0])
+    _export_checked(graph, search.values, floor)
+    if floor > MIN_OPSET:
+        with pytest.raises((ExportError, onnx.checker.ValidationError, onnx.shape_inference.InferenceError)):
+            _export_checked(graph, search.values, floor - 1)
+
+
+# -- the scheduler's arms -------------------------------------------------------------------------
+NAMES = [f"Op{i}" for i in range(10)]
+
+
+def test_a_rewarding_opset_gains_weight_and_feedback_off_stays_uniform():
+    def old_opsets_pay(rec: GenRecord, t: int) -> float:
+        return 0.4 if rec.opset <= 12 else 0.02
+
+    trace = run(Scheduler(NAMES, 10, seed=1, opsets=ALL_OPSETS), old_opsets_pay, 400, seed=1)
+    low = trace.opset_prob(11, 200, 400) + trace.opset_prob(12, 200, 400)
+    assert low > 2.5 * 2 / len(ALL_OPSETS)
+    plain = Scheduler(NAMES, 10, seed=1, feedback=False, opsets=ALL_OPSETS).propose()
+    assert plain.opset_weights is None and plain.dynamic_prob is None
+
+
+def test_the_dynamic_arm_follows_its_reward_and_is_absent_unless_asked():
+    def dynamic_pays(rec: GenRecord, t: int) -> float:
+        return 0.4 if rec.dynamic else 0.02
+
+    trace = run(Scheduler(NAMES, 10, seed=2, dynamic=True), dynamic_pays, 400, seed=2)
+    assert trace.dynamic_prob(200, 400) > 0.7
+    assert Scheduler(NAMES, 10, seed=2).propose().dynamic_prob is None
+
+
+def test_proposals_and_states_round_trip_with_the_export_arms():
+    s = Scheduler(NAMES, 10, seed=3, opsets=(11, 13, 20), dynamic=True)
+    p = s.propose()
+    assert set(p.opset_weights) == {11, 13, 20} and 0.0 <= p.dynamic_prob <= 1.0
+    assert Proposal.from_json(json.loads(json.dumps(p.to_json()))) == p
+    rec = GenRecord(seed=0)
+    rec.ops, rec.opset, rec.dynamic = ["Op1"], 13, True
+    s.observe(p, rec, Novelty(1, 0))
+    restored = Scheduler.from_state(json.loads(json.dumps(s.state())))
+    assert restored.propose() == s.propose()
+
+
+def test_a_schema_1_state_resumes_without_export_evidence():
+    s = Scheduler(NAMES, 10, seed=4)
+    s.observe(s.propose(), GenRecord(seed=0, ops=["Op1"]), Novelty(1, 0))
+    state = json.loads(json.dumps(s.state()))
+    state["schema"] = 1
+    for key in ("opsets", "dynamic"):
+        del state["config"][key]
+    for key in ("opset", "dynamic"):
+        del state["groups"][key]
+    old = Scheduler.from_state(state)
+    assert old.opsets == (DEFAULT_OPSET,) and not old.dynamic
+    assert np.allclose(old.groups["op"].counts, s.groups["op"].counts)
+
+
+def test_a_model_the_checker_refuses_is_the_exporters_error(monkeypatch):
+    """The exporter sometimes types a node outside its schema at an old opset (seen: uint8 Mul
+    at opset 12 under symbolic dims); such a model must not reach a backend as valid."""
+    from onnx import TensorProto, helper
+
+    import nnsmith_cov.materialize.model_dir as model_dir
+
+    x = helper.make_tensor_value_info("x", TensorProto.UINT8, [3])
+    y = helper.make_tensor_value_info("y", TensorProto.UINT8, [3])
+    node = helper.make_node("Mul", ["x", "x"], ["y"])  # Mul takes 8-bit ints from opset 14
+    bad = helper.make_model(helper.make_graph([node], "g", [x], [y]), opset_imports=[helper.make_opsetid("", 12)])
+    monkeypatch.setattr(model_dir, "export_onnx", lambda *a, **k: bad.SerializeToString())
+    g = _small_graph()
+    with pytest.raises(ExportError, match="invalid model"):
+        materialize_and_export(g, search_values(g, 1).values)
