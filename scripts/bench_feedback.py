@@ -2,12 +2,17 @@
 """Feedback on vs off at equal wall time: TVM under the python collector by default.
 
 Runs two campaigns side by side, one process each, so that they share the machine
-fairly (one worker each; with 2 cores, one core each): `--feedback on` and
-`--feedback off`, same seed, same time. Then reads both corpora and prints each
-timeline, total, pass-only and unique branches (reached by one campaign only), and
-writes `nnsmith-cov report`'s table and figures into OUT/report.
+fairly (one worker each; with 2 cores, one core each), same seed, same time; by
+default `--feedback on` and `--feedback off` (plain NNSmith: opset 20, static
+shapes). `--modes on,off-var` compares with feedback off drawing the export
+choices the scheduler has arms for (opsets 11-20, symbolic dims in half the
+graphs) uniformly instead: what the scheduler's learning adds beyond the reach of
+those choices. Then reads both corpora and prints each timeline, total, pass-only
+and unique branches (reached by one campaign only), and writes `nnsmith-cov
+report`'s table and figures into OUT/report.
 
     python scripts/bench_feedback.py [--time 30m] [--seed 1] [--out out/bench-feedback]
+    python scripts/bench_feedback.py --modes on,off-var --out out/bench-feedback-var
     python scripts/bench_feedback.py --backends ort --collector binary --time 15m   # ORT's binary
 """
 
@@ -22,13 +27,20 @@ from nnsmith_cov.report.command import ReportOptions, load_campaigns, make_repor
 from nnsmith_cov.report.compare import unique_counts
 from nnsmith_cov.report.model import ReportError
 
+# The `fuzz` flags of each mode.
+MODES = {
+    "on": ["--feedback", "on"],
+    "off": ["--feedback", "off"],
+    "off-var": ["--feedback", "off", "--opsets", "11-20", "--dynamic", "0.5"],
+}
 
-def run_pair(out: Path, time_spec: str, seed: int, backends: str, collector: str) -> dict[str, Path]:
-    folders = {mode: out / f"feedback-{mode}" for mode in ("on", "off")}
+
+def run_pair(out: Path, modes: list[str], time_spec: str, seed: int, backends: str, collector: str) -> dict[str, Path]:
+    folders = {mode: out / f"feedback-{mode}" for mode in modes}
     procs = []
     for mode, folder in folders.items():
         argv = [sys.executable, "-m", "nnsmith_cov.cli", "fuzz", "-o", str(folder), "--backends", backends]
-        argv += ["--collector", collector, "--feedback", mode, "--time", time_spec, "--seed", str(seed)]
+        argv += ["--collector", collector, *MODES[mode], "--time", time_spec, "--seed", str(seed)]
         log = open(out / f"feedback-{mode}.log", "w")
         procs.append((subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT), log))
     for proc, log in procs:
@@ -46,13 +58,17 @@ def main() -> None:
     ap.add_argument("--backends", default="tvm")
     ap.add_argument("--collector", default="python")
     ap.add_argument("--out", type=Path, default=Path("out/bench-feedback"))
+    ap.add_argument("--modes", default="on,off", help=f"the two campaigns, of {', '.join(MODES)} (default on,off)")
     ap.add_argument("--reuse", action="store_true", help="only report on campaigns already in --out")
     args = ap.parse_args()
+    modes = args.modes.split(",")
+    if len(modes) != 2 or len(set(modes)) != 2 or not set(modes) <= set(MODES):
+        sys.exit(f"bench_feedback: --modes takes two different modes of {', '.join(MODES)}")
     args.out.mkdir(parents=True, exist_ok=True)
     if args.reuse:
-        folders = {mode: args.out / f"feedback-{mode}" for mode in ("on", "off")}
+        folders = {mode: args.out / f"feedback-{mode}" for mode in modes}
     else:
-        folders = run_pair(args.out, args.time, args.seed, args.backends, args.collector)
+        folders = run_pair(args.out, modes, args.time, args.seed, args.backends, args.collector)
 
     specs = [f"{folder}=feedback {mode}" for mode, folder in folders.items()]
     try:
@@ -67,13 +83,13 @@ def main() -> None:
         for i in [*range(0, len(t.x), step), len(t.x) - 1]:
             print(f"  {t.x[i]:9.0f} {t.branches[i]:8d} {t.pass_branches[i]:9d}")
     unique = unique_counts({m: c.covered for m, c in campaigns.items()})
-    on, off = campaigns["on"], campaigns["off"]
-    print("\n              total   pass-only   unique   tests")
+    a, b = modes
+    print("\n                  total   pass-only   unique   tests")
     for mode, c in campaigns.items():
-        print(f"feedback {mode:<3} {len(c.covered):7d}   {len(c.pass_covered):9d}   {unique[mode]:6d}   {c.tests:5d}")
-    ratio = len(on.covered) / len(off.covered) if off.covered else float("nan")
-    uniq = unique["on"] / unique["off"] if unique["off"] else float("inf")
-    print(f"ratios: total {ratio:.2f}x, unique {uniq:.2f}x")
+        print(f"feedback {mode:<7} {len(c.covered):7d}   {len(c.pass_covered):9d}   {unique[mode]:6d}   {c.tests:5d}")
+    ratio = len(campaigns[a].covered) / len(campaigns[b].covered) if campaigns[b].covered else float("nan")
+    uniq = unique[a] / unique[b] if unique[b] else float("inf")
+    print(f"ratios ({a} / {b}): total {ratio:.2f}x, unique {uniq:.2f}x")
     for mode, c in campaigns.items():
         assert c.by_time is not None
         late = [b for x, b in zip(c.by_time.x, c.by_time.branches) if x >= 0.9 * c.by_time.x[-1]]
