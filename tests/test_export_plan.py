@@ -251,3 +251,69 @@ def test_a_model_the_checker_refuses_is_the_exporters_error(monkeypatch):
     g = _small_graph()
     with pytest.raises(ExportError, match="invalid model"):
         materialize_and_export(g, search_values(g, 1).values)
+
+
+# -- campaigns -------------------------------------------------------------------------------------
+CAMPAIGN = ["--backends", "ort", "--nodes", "4", "--ops", "Add", "Mul", "Relu", "Sigmoid", "MatMul", "--seed", "3"]
+
+
+def _campaign_graphs(folder):
+    from nnsmith_cov.corpus.store import CorpusStore
+
+    with CorpusStore.open(folder / "lmdb", readonly=True) as store:
+        return [GraphIR.from_json(r.graph) for _, r in store.entries(include_finding_only=True)]
+
+
+def _export_counts(folder):
+    stats = json.loads((folder / "stats.json").read_text())
+    return stats["tests"], stats["export_tests"]
+
+
+def test_a_feedback_campaign_varies_the_export_and_resumes_with_the_same_choices(tmp_path):
+    from nnsmith_cov.cli import main
+
+    folder = tmp_path / "on"
+    assert main(["fuzz", "-o", str(folder), "--tests", "8", *CAMPAIGN]) == 0
+    gen = json.loads((folder / "config.json").read_text())["generator"]
+    assert gen["opsets"] == list(ALL_OPSETS) and gen["dynamic_prob"] is None  # None: the scheduler's arm
+    assert {"opset", "dynamic"} <= set(gen["feedback_arms"])
+    tests, counts = _export_counts(folder)
+    opsets = {k: n for k, n in counts.items() if k.startswith("opset ")}
+    assert sum(opsets.values()) == tests == counts.get("static", 0) + counts.get("dynamic", 0) == 8
+    assert len(opsets) >= 2
+    assert all(g.opset in ALL_OPSETS for g in _campaign_graphs(folder))
+    assert main(["fuzz", "--resume", str(folder), "--tests", "11"]) == 0
+    tests, counts = _export_counts(folder)
+    assert tests == 11 and sum(n for k, n in counts.items() if k.startswith("opset ")) == 11
+    assert json.loads((folder / "config.json").read_text())["generator"]["opsets"] == list(ALL_OPSETS)
+
+
+def test_without_feedback_the_export_is_plain_unless_asked(tmp_path):
+    from nnsmith_cov.cli import main
+
+    plain = tmp_path / "plain"
+    assert main(["fuzz", "-o", str(plain), "--tests", "4", "--feedback", "off", *CAMPAIGN]) == 0
+    assert _export_counts(plain) == (4, {"opset 20": 4, "static": 4})
+    wide = tmp_path / "wide"
+    argv = ["fuzz", "-o", str(wide), "--tests", "6", "--feedback", "off", "--opsets", "13,20", "--dynamic", "1"]
+    assert main([*argv, *CAMPAIGN]) == 0
+    tests, counts = _export_counts(wide)
+    assert set(counts) <= {"opset 13", "opset 20", "static", "dynamic"} and tests == 6
+    assert counts.get("dynamic", 0) >= 3  # all but graphs whose inputs are 0-d
+    assert all(bool(g.dynamic) == any(g.types[v].shape for v in g.inputs) for g in _campaign_graphs(wide))
+
+
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--opsets", "9-20"], "within 11..20"),
+        (["--opsets", "13,x"], "not an opset"),
+        (["--dynamic", "1.5"], "in [0, 1]"),
+    ],
+)
+def test_bad_export_flags_are_one_line_errors(tmp_path, capsys, flags, message):
+    from nnsmith_cov.cli import main
+
+    assert main(["generate", "--seed", "1", "-o", str(tmp_path / "m"), *flags]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]

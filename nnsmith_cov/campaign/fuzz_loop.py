@@ -102,6 +102,8 @@ class RunStats:
     resumed_s: float = 0.0  # campaign time before this process took over (resume)
     corpus: int = 0  # tests kept in the corpus for new coverage
     op_tests: collections.Counter[str] = field(default_factory=collections.Counter)  # generated tests holding each op
+    # generated tests by export plan: "opset 13", ..., "static", "dynamic"
+    export_tests: collections.Counter[str] = field(default_factory=collections.Counter)
 
     def elapsed(self) -> float:
         """Campaign time: this process's run plus what a resumed campaign had before."""
@@ -152,6 +154,7 @@ class RunStats:
             "worker_restarts": self.restarts,
             "corpus": self.corpus,
             "op_tests": dict(sorted(self.op_tests.items())),
+            "export_tests": dict(sorted(self.export_tests.items())),
             "coverage": None
             if self.branches is None
             else {
@@ -277,7 +280,8 @@ class Fuzzer:
             st.gen_failed, st.faults = before["generation_failed"], before["faults"]
             st.infeasible = before.get("infeasible_dropped", 0)
             st.cov_tests = (before.get("coverage") or {}).get("interesting_tests", 0)
-            st.op_tests.update({k: v for k, v in (before.get("op_tests") or {}).items() if isinstance(v, int)})
+            for key, counter in (("op_tests", st.op_tests), ("export_tests", st.export_tests)):
+                counter.update({k: v for k, v in (before.get(key) or {}).items() if isinstance(v, int)})
         except (OSError, ValueError, KeyError, TypeError):
             pass
         for _, header in self.store.findings():
@@ -362,6 +366,8 @@ class Fuzzer:
         st.stage_ms["generate"].append(gen.record.gen_ms)
         st.infeasible += len(gen.record.infeasible)
         st.op_tests.update(set(gen.record.ops))
+        if gen.record.ops:
+            st.export_tests.update([f"opset {gen.record.opset}", "dynamic" if gen.record.dynamic else "static"])
         for stage, ms in result.ms.items():
             st.stage_ms[stage].append(ms)
         novelty = self.account_coverage(result)
