@@ -98,6 +98,9 @@ class RunStats:
     parts: dict[str, tuple[int, int, int]] = field(default_factory=dict)
     cov_tests: int = 0  # tests that set a new map bit
     last_new_s: float | None = None  # elapsed time of the last such test
+    last_unique_s: float | None = None  # elapsed time of the last finding with a new signature
+    # campaign times the latest tests started at: the status screen's recent rate
+    starts: collections.deque[float] = field(default_factory=lambda: collections.deque(maxlen=4096))
     stage_ms: dict[str, list[float]] = field(default_factory=lambda: collections.defaultdict(list))
     resumed_s: float = 0.0  # campaign time before this process took over (resume)
     corpus: int = 0  # tests kept in the corpus for new coverage
@@ -151,6 +154,7 @@ class RunStats:
             "faults": self.faults,
             "findings": dict(self.findings),
             "unique_signatures": len(self.signatures),
+            "last_unique_s": None if self.last_unique_s is None else round(self.last_unique_s, 3),
             "worker_restarts": self.restarts,
             "corpus": self.corpus,
             "op_tests": dict(sorted(self.op_tests.items())),
@@ -280,6 +284,8 @@ class Fuzzer:
             st.gen_failed, st.faults = before["generation_failed"], before["faults"]
             st.infeasible = before.get("infeasible_dropped", 0)
             st.cov_tests = (before.get("coverage") or {}).get("interesting_tests", 0)
+            st.last_new_s = (before.get("coverage") or {}).get("last_new_s")
+            st.last_unique_s = before.get("last_unique_s")
             for key, counter in (("op_tests", st.op_tests), ("export_tests", st.export_tests)):
                 counter.update({k: v for k, v in (before.get(key) or {}).items() if isinstance(v, int)})
         except (OSError, ValueError, KeyError, TypeError):
@@ -314,6 +320,7 @@ class Fuzzer:
                 return None
             k = self.stats.tests
             self.stats.tests += 1
+            self.stats.starts.append(self.stats.elapsed())
             proposal = self.scheduler.propose()
             parent = None
             if proposal.seeded and self.seeds:
@@ -446,6 +453,7 @@ class Fuzzer:
         new = self.stats.count_finding(finding.header())
         bundle = None
         if new:  # one bundle per signature; duplicates are counted in findings.jsonl
+            self.stats.last_unique_s = self.stats.elapsed()
             p = result.prepared
             assert p is not None
             meta = {
