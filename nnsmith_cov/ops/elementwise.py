@@ -1,4 +1,5 @@
-"""Elementwise operators: unary math, casts, clipping, broadcasting binary ops, Where."""
+"""Elementwise operators: unary math, casts, clipping, broadcasting binary ops (arithmetic,
+comparisons, logic, bitwise), Where."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import torch.nn.functional as F
 
 from nnsmith_cov.abstract import numeric as num
 from nnsmith_cov.abstract.choice import ChoiceSource
-from nnsmith_cov.abstract.dtype import ALL, FLOATS, NUMERIC, SIGNED_INTS, DType
-from nnsmith_cov.abstract.op import ANY_RANK, Attrs, Broadcast, Elementwise, Slot, into, same
+from nnsmith_cov.abstract.dtype import ALL, FLOATS, INTS, NUMERIC, SIGNED_INTS, DType
+from nnsmith_cov.abstract.op import ANY_RANK, MAX_RANK, Attrs, Broadcast, Elementwise, OpSpec, Sig, Slot, into, same
+from nnsmith_cov.abstract.tensor import AbsTensor
+from nnsmith_cov.ops.onnx_node import as_node, integers
 
 # -- unary -----------------------------------------------------------------------
 
@@ -138,6 +141,91 @@ class Reciprocal(UnaryFloat):
     domain = staticmethod(lambda a, x: [num.lt0(num.tiny(x.dtype) - num.magnitude(x))])
 
 
+class Softplus(UnaryFloat):
+    torch_fn = F.softplus  # beta 1: one ONNX Softplus (other betas scale around it)
+
+
+class Mish(UnaryFloat):
+    """The exporter decomposes F.mish into Softplus, Tanh and Mul: exported as ONNX Mish."""
+
+    min_opset = 18
+
+    @staticmethod
+    def forward(a: Attrs, x: torch.Tensor) -> torch.Tensor:
+        return as_node(F.mish, "Mish", [x])
+
+
+class Asinh(UnaryFloat):
+    """Exported as ONNX Asinh, for which the exporter has no symbolic."""
+
+    @staticmethod
+    def forward(a: Attrs, x: torch.Tensor) -> torch.Tensor:
+        return as_node(torch.asinh, "Asinh", [x])
+
+
+class Celu(Elementwise):
+    # ONNX Celu takes float32 only: the exporter casts float64 around it but makes an
+    # invalid model of float16. (TVM has no Celu converter; its probe drops it there.)
+    sigs = same((DType.float32, DType.float64))
+    min_opset = 12
+    _ALPHAS = (0.5, 1.0, 2.0)
+
+    def setup(self, draw: ChoiceSource, ins: list[Slot]) -> None:
+        self.params["alpha"] = draw.choice("celu.alpha", self._ALPHAS)
+
+    @staticmethod
+    def forward(a: Attrs, x: torch.Tensor) -> torch.Tensor:
+        return F.celu(x, a.alpha)
+
+
+class ThresholdedRelu(Elementwise):
+    """x where x > alpha, else 0 (F.threshold); exported as ONNX ThresholdedRelu, since the
+    exporter refuses a non-zero threshold."""
+
+    sigs = same(FLOATS)
+    _ALPHAS = (-0.5, 0.0, 0.5, 1.0, 2.0)
+
+    def setup(self, draw: ChoiceSource, ins: list[Slot]) -> None:
+        self.params["alpha"] = draw.choice("thresholded_relu.alpha", self._ALPHAS)
+
+    @staticmethod
+    def forward(a: Attrs, x: torch.Tensor) -> torch.Tensor:
+        return as_node(lambda t: F.threshold(t, a.alpha, 0.0), "ThresholdedRelu", [x], attrs={"alpha_f": a.alpha})
+
+    @staticmethod
+    def forward_proxy(a: Attrs, x: torch.Tensor) -> torch.Tensor:
+        # ReLU's proxy: slope ALPHA below the threshold, where the true derivative is 0.
+        step = num.proxy(lambda t: F.threshold(t, a.alpha, 0.0), lambda t: torch.where(t > a.alpha, 1.0, num.ALPHA))
+        return step(x)
+
+
+class Shrink(Elementwise):
+    """F.hardshrink or F.softshrink: 0 within [-lambd, lambd]; outside, x or x moved towards 0
+    by lambd. The exporter decomposes both into Where; exported as ONNX Shrink (bias 0 or lambd)."""
+
+    sigs = same(FLOATS)
+    _LAMBDS = (0.25, 0.5, 1.0, 2.0)
+
+    def setup(self, draw: ChoiceSource, ins: list[Slot]) -> None:
+        self.params.update(lambd=draw.choice("shrink.lambd", self._LAMBDS), soft=draw.coin("shrink.soft"))
+
+    @staticmethod
+    def forward(a: Attrs, x: torch.Tensor) -> torch.Tensor:
+        fn = F.softshrink if a.soft else F.hardshrink
+        attrs = {"lambd_f": a.lambd, "bias_f": a.lambd if a.soft else 0.0}
+        return as_node(lambda t: fn(t, a.lambd), "Shrink", [x], attrs=attrs)
+
+
+class IsNaN(Elementwise):
+    sigs = into(FLOATS, DType.bool)
+    torch_fn = torch.isnan
+
+
+class IsInf(Elementwise):
+    sigs = into(FLOATS, DType.bool)
+    torch_fn = torch.isinf
+
+
 class Abs(Elementwise):
     sigs = same(FLOATS + SIGNED_INTS)
     torch_fn = torch.abs
@@ -151,6 +239,17 @@ class Neg(Elementwise):
 class Not(Elementwise):
     sigs = same([DType.bool])
     torch_fn = torch.logical_not
+
+
+class BitwiseNot(Elementwise):
+    """Exported as ONNX BitwiseNot: the exporter takes bitwise_not of booleans only."""
+
+    sigs = same(INTS)
+    min_opset = 18
+
+    @staticmethod
+    def forward(a: Attrs, x: torch.Tensor) -> torch.Tensor:
+        return as_node(torch.bitwise_not, "BitwiseNot", integers(x))
 
 
 class Clip(Elementwise):
@@ -197,6 +296,39 @@ def _cast(target: DType) -> type[_Cast]:
 
 
 CASTS = tuple(_cast(d) for d in (DType.float16, DType.float32, DType.float64, DType.int32, DType.int64, DType.bool))
+
+
+def _exact_cast(src: DType, dst: DType) -> bool:
+    """Conversions that are defined and finite for every value (the Cast specs also take the
+    others, and are vulnerable for them): to or from bool, integer to integer (wrapping),
+    into a wider float, and integers into a float that holds their whole range."""
+    if DType.bool in (src, dst) or not (src.is_float or dst.is_float):
+        return True
+    if src.is_float:
+        return dst.is_float and FLOATS.index(dst) > FLOATS.index(src)
+    return dst is not DType.float16 or src in (DType.int8, DType.uint8)
+
+
+class TypeAs(OpSpec):
+    """x.to(like.dtype), torch's type_as: exported as ONNX CastLike (the exporter emits Cast).
+    Only the conversions that cannot overflow: this spec is not vulnerable. (Not named
+    CastLike: names starting with Cast are the Cast specs to the range analysis.)"""
+
+    sigs: list[Sig] = [((s, d), (d,)) for s in ALL for d in ALL if s is not d and _exact_cast(s, d)]
+    in_ranks = (ANY_RANK, ANY_RANK)
+    min_opset = 15
+
+    def in_ranks_for(self, draw: ChoiceSource, out_rank: int) -> list[int] | None:
+        return [out_rank, draw.integer("type_as.like_rank", 0, MAX_RANK)]
+
+    def type_transfer(self, x: list[AbsTensor]) -> list[AbsTensor]:
+        return [AbsTensor(list(x[0].shape), x[1].dtype)]
+
+    @staticmethod
+    def forward(a: Attrs, x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        # The dtype is the GraphIR's: the value search may hand a float shadow as `like`.
+        return as_node(lambda t, _: t.to(a.out_types[0].dtype.torch), "CastLike", [x, like])
+
 
 # -- binary (broadcasting) -----------------------------------------------------------
 
@@ -263,6 +395,16 @@ class Less(Broadcast):
     torch_fn = torch.lt
 
 
+class GreaterEqual(Broadcast):
+    sigs = into(NUMERIC, DType.bool, 2)
+    torch_fn = torch.ge
+
+
+class LessEqual(Broadcast):
+    sigs = into(NUMERIC, DType.bool, 2)
+    torch_fn = torch.le
+
+
 class And(Broadcast):
     sigs = same([DType.bool], 2)
     torch_fn = torch.logical_and
@@ -278,6 +420,53 @@ class Xor(Broadcast):
     torch_fn = torch.logical_xor
 
 
+class BitwiseAnd(Broadcast):
+    sigs = same(INTS, 2)
+    min_opset = 18  # below, the exporter takes bitwise_and of booleans only
+
+    @staticmethod
+    def forward(a: Attrs, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.bitwise_and(*integers(x, y))
+
+
+class BitwiseOr(Broadcast):
+    """Exported as ONNX BitwiseOr: the exporter takes bitwise_or of booleans only."""
+
+    sigs = same(INTS, 2)
+    min_opset = 18
+
+    @staticmethod
+    def forward(a: Attrs, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return as_node(torch.bitwise_or, "BitwiseOr", integers(x, y))
+
+
+class BitwiseXor(Broadcast):
+    """Exported as ONNX BitwiseXor: the exporter takes bitwise_xor of booleans only."""
+
+    sigs = same(INTS, 2)
+    min_opset = 18
+
+    @staticmethod
+    def forward(a: Attrs, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return as_node(torch.bitwise_xor, "BitwiseXor", integers(x, y))
+
+
+class BitShift(Broadcast):
+    """x << (y % 8) or x >> (y % 8) on uint8 (ONNX BitShift; the exporter lowers other integer
+    shifts to Pow and Mul/Div). Shifts are wrapped below the width, where every backend agrees."""
+
+    sigs = same([DType.uint8], 2)
+
+    def setup(self, draw: ChoiceSource, ins: list[Slot]) -> None:
+        self.params["left"] = draw.coin("bitshift.left")
+
+    @staticmethod
+    def forward(a: Attrs, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        x, y = integers(x, y)
+        shift = torch.bitwise_left_shift if a.left else torch.bitwise_right_shift
+        return shift(x, torch.remainder(y, 8))
+
+
 class Where(Broadcast):
     """where(cond, x, y) with 3-way broadcasting."""
 
@@ -291,4 +480,6 @@ OPS = (
     Sin, Cos, Atan, Erf, Floor, Ceil, Round, Sign, Asin, Acos, Exp, Log, Log2, Sqrt,
     Reciprocal, Abs, Neg, Not, Clip, *CASTS,
     Add, Sub, Mul, Div, Pow, Max, Min, Equal, Greater, Less, And, Or, Xor, Where,
+    Softplus, Mish, Asinh, Celu, ThresholdedRelu, Shrink, IsNaN, IsInf, BitwiseNot, TypeAs,
+    GreaterEqual, LessEqual, BitwiseAnd, BitwiseOr, BitwiseXor, BitShift,
 )  # fmt: skip
