@@ -1,4 +1,5 @@
-"""Reductions over drawn axes (sum, mean, max, min, prod) and arg-reductions (argmax, argmin)."""
+"""Reductions over drawn axes (sum, mean, max, min, prod, log-sum-exp, norms, sum of squares)
+and arg-reductions (argmax, argmin)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from nnsmith_cov.abstract import numeric as num
 from nnsmith_cov.abstract.dtype import ALL, FLOATS, NUMERIC, DType
 from nnsmith_cov.abstract.op import Attrs, into, same
 from nnsmith_cov.abstract.reduce_meta import ArgReduce, Reduce
+from nnsmith_cov.ops.onnx_node import as_node
 
 
 class ReduceSum(Reduce):
@@ -70,6 +72,49 @@ class ReduceProd(Reduce):
 
 class ArgMax(ArgReduce):
     sigs = into(NUMERIC, DType.int64)
+class ReduceLogSumExp(Reduce):
+    """torch.logsumexp: log of the sum of exp, computed around the maximum (never overflows)."""
+
+    sigs = same(FLOATS)
+
+    @staticmethod
+    def reduce(x, dims, keepdim):
+        if x.dim() == 0:
+            return torch.logsumexp(x, ())  # the exporter's axes=[0] for a 0-d input is invalid ONNX
+        return torch.logsumexp(x, tuple(range(x.dim())) if dims is None else dims, keepdim)
+
+
+class _VectorNorm(Reduce):
+    sigs = same(FLOATS)
+    ord: int
+
+    @classmethod
+    def reduce(cls, x, dims, keepdim):
+        return torch.linalg.vector_norm(x, cls.ord, dims, keepdim)
+
+
+class ReduceL1(_VectorNorm):
+    ord = 1
+
+
+class ReduceL2(_VectorNorm):
+    ord = 2
+
+
+class ReduceSumSquare(Reduce):
+    """The sum of x * x, exported as ONNX ReduceSumSquare (no torch op lowers to it). ONNX takes
+    no 8-bit integers for it; dtype=x.dtype stops torch widening int32 sums."""
+
+    sigs = same(FLOATS + (DType.int32, DType.int64))
+    min_opset = 18  # axes as an input
+
+    @staticmethod
+    def reduce(x, dims, keepdim):
+        axes = [] if dims is None else list(dims)
+        fn = lambda t: (t * t).sum(dims if dims is not None else (), keepdim, dtype=t.dtype)
+        return as_node(fn, "ReduceSumSquare", [x], [axes] if axes else [], {"keepdims_i": int(keepdim)})
+
+
     fn = staticmethod(torch.argmax)
 
 
@@ -78,4 +123,7 @@ class ArgMin(ArgReduce):
     fn = staticmethod(torch.argmin)
 
 
-OPS = (ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd, ArgMax, ArgMin)
+OPS = (
+    ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd, ArgMax, ArgMin,
+    ReduceLogSumExp, ReduceL1, ReduceL2, ReduceSumSquare,
+)  # fmt: skip
