@@ -70,8 +70,6 @@ class ReduceProd(Reduce):
         return [num.le0(torch.log(x.double().abs() + num.EPS).clamp(min=0).sum() - num.log_max(x.dtype))]
 
 
-class ArgMax(ArgReduce):
-    sigs = into(NUMERIC, DType.int64)
 class ReduceLogSumExp(Reduce):
     """torch.logsumexp: log of the sum of exp, computed around the maximum (never overflows)."""
 
@@ -115,6 +113,8 @@ class ReduceSumSquare(Reduce):
         return as_node(fn, "ReduceSumSquare", [x], [axes] if axes else [], {"keepdims_i": int(keepdim)})
 
 
+class ArgMax(ArgReduce):
+    sigs = into(NUMERIC, DType.int64)
     fn = staticmethod(torch.argmax)
 
 
