@@ -1,4 +1,4 @@
-"""Neural-network layers: convolution, pooling, normalization, softmax, linear algebra, resizing."""
+"""Neural-network layers: convolution, pooling, normalization, softmax, linear algebra, resizing, sampling."""
 
 from __future__ import annotations
 
@@ -10,11 +10,13 @@ import z3
 
 from nnsmith_cov.abstract import numeric as num
 from nnsmith_cov.abstract.choice import ChoiceSource
-from nnsmith_cov.abstract.dtype import FLOATS, DType
-from nnsmith_cov.abstract.op import NONSCALAR, AttrKind, Attrs, Elementwise, OpSpec, Slot, same
+from nnsmith_cov.abstract.dtype import ALL, FLOATS, DType
+from nnsmith_cov.abstract.layout import RankChanging, mixed_ranks
+from nnsmith_cov.abstract.op import MAX_RANK, NONSCALAR, AttrKind, Attrs, Elementwise, OpSpec, Slot, same
 from nnsmith_cov.abstract.symbols import int_sym
 from nnsmith_cov.abstract.tensor import AbsTensor, Dim
 from nnsmith_cov.abstract.window import Layer, Window, any_of, multiple, spatial
+from nnsmith_cov.ops.onnx_node import as_node
 
 SIZE, PAD = AttrKind.SIZE, AttrKind.PAD
 
@@ -205,6 +207,65 @@ class AdaptiveMaxPool2d(_AdaptivePool2d):
     torch_fn = F.adaptive_max_pool2d
 
 
+def _root(s: torch.Tensor, p: int) -> torch.Tensor:
+    """s ** (1 / p) for s >= 0, whose derivative at 0 (a window of zeros) is 0, not Inf."""
+    if p == 1:
+        return s
+    pos = s > 0
+    return torch.where(pos, torch.where(pos, s, 1).pow(1.0 / p), 0)
+
+
+class LpPool2d(_Pool):
+    """(sum of |x|^p over each window)^(1/p), p in 1..3, zero padding; exported as ONNX LpPool
+    (torch's F.lp_pool2d is avg_pool2d arithmetic and takes no padding). No ceil_mode: a
+    window past the padding is summed by some backends and scaled from a mean by others."""
+
+    ndim = 2
+
+    def setup(self, draw: ChoiceSource, ins: list[Slot]) -> None:
+        self.params["p"] = draw.choice("lp_pool.p", (1, 2, 3))
+
+    @staticmethod
+    def forward(a: Attrs, x: torch.Tensor) -> torch.Tensor:
+        k, s, pad = (spatial(a, n, 2) for n in ("kernel", "stride", "padding"))
+        attrs = {"p_i": a.p, "kernel_shape_i": list(k), "strides_i": list(s), "pads_i": list(pad) * 2}
+        window_sums = lambda t: F.avg_pool2d(t.abs().pow(a.p), k, s, pad, divisor_override=1)
+        return as_node(lambda t: _root(window_sums(t), a.p), "LpPool", [x], attrs=attrs)
+
+
+class _GlobalPool(Layer):
+    """x [N, C, *S] -> [N, C, 1, ...]: one window over all spatial dims."""
+
+    sigs = same(FLOATS)
+    in_ranks = ((3, 4, 5),)
+
+    def type_transfer(self, x: list[AbsTensor]) -> list[AbsTensor]:
+        return [AbsTensor([*x[0].shape[:2]] + [1] * (x[0].rank - 2), x[0].dtype)]
+
+
+class GlobalMaxPool(_GlobalPool):
+    """Exported as ONNX GlobalMaxPool: the exporter makes a MaxPool of an adaptive max pool
+    to size 1 whenever the input size is known."""
+
+    @staticmethod
+    def forward(a: Attrs, x: torch.Tensor) -> torch.Tensor:
+        dims = tuple(range(2, x.dim()))
+        return as_node(lambda t: t.amax(dims, keepdim=True), "GlobalMaxPool", [x])
+
+
+class GlobalLpPool(_GlobalPool):
+    """(sum of |x|^p over all spatial positions)^(1/p), p in 1..3 (ONNX GlobalLpPool)."""
+
+    def setup(self, draw: ChoiceSource, ins: list[Slot]) -> None:
+        self.params["p"] = draw.choice("lp_pool.p", (1, 2, 3))
+
+    @staticmethod
+    def forward(a: Attrs, x: torch.Tensor) -> torch.Tensor:
+        dims = tuple(range(2, x.dim()))
+        fn = lambda t: _root(t.abs().pow(a.p).sum(dims, keepdim=True), a.p)
+        return as_node(fn, "GlobalLpPool", [x], attrs={"p_i": a.p})
+
+
 # -- normalization -----------------------------------------------------------------
 
 
@@ -305,6 +366,29 @@ class LayerNorm(Layer):
     @staticmethod
     def forward(a: Attrs, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return F.layer_norm(x, tuple(w.shape), w, b)
+
+
+class LocalResponseNorm(Elementwise):
+    """F.local_response_norm across channels of [N, C, H, W]: x / (bias + alpha / size * sum of
+    x^2 over the size channels around)^beta; exported as ONNX LRN (the exporter decomposes it).
+    Odd sizes only: for even ones torch's window and ONNX's are one channel apart. float32
+    only: torch has no float16 kernel for it on CPU, the backends no float64 one."""
+
+    sigs = same([DType.float32])
+    in_ranks = ((4,),)
+
+    def setup(self, draw: ChoiceSource, ins: list[Slot]) -> None:
+        self.params.update(
+            size=draw.choice("lrn.size", (1, 3, 5)),
+            alpha=draw.choice("lrn.alpha", (1e-4, 1e-2, 0.5)),
+            beta=draw.choice("lrn.beta", (0.5, 0.75, 1.0)),
+            bias=draw.choice("lrn.bias", (1.0, 2.0)),  # >= 1: the base stays positive
+        )
+
+    @staticmethod
+    def forward(a: Attrs, x: torch.Tensor) -> torch.Tensor:
+        attrs = {"size_i": a.size, "alpha_f": a.alpha, "beta_f": a.beta, "bias_f": a.bias}
+        return as_node(lambda t: F.local_response_norm(t, a.size, a.alpha, a.beta, a.bias), "LRN", [x], attrs=attrs)
 
 
 # -- softmax -----------------------------------------------------------------------
@@ -420,6 +504,60 @@ class Addmm(OpSpec):
         return torch.addmm(c, x, y, beta=a.beta, alpha=a.alpha)
 
 
+class Einsum(OpSpec):
+    """torch.einsum on two operands with drawn subscripts: each axis of the second operand
+    shares a label with an axis of the first (same size) or has its own; each label is kept
+    in the output, in a drawn order, or summed over. Labels are numbers in `a`, `b`, `out`."""
+
+    # No bool kernel; smaller integers are summed into int64 on the way (a dtype change or,
+    # feeding the result into bmm, a torch error).
+    sigs = same(FLOATS + (DType.int64,), 2)
+    in_ranks = (NONSCALAR, NONSCALAR)
+    min_opset = 12
+
+    def in_ranks_for(self, draw: ChoiceSource, out_rank: int) -> list[int] | None:
+        ra = draw.integer("einsum.rank_a", 1, MAX_RANK)
+        return [ra, draw.integer("einsum.rank_b", max(1, out_rank - ra), MAX_RANK)]
+
+    def setup(self, draw: ChoiceSource, ins: list[Slot]) -> None:
+        ra, rb = ins[0][1], ins[1][1]
+        # Backward, enough labels must stay distinct to make the output rank.
+        most = min(ra, rb) if self.out_rank is None else min(ra, rb, ra + rb - self.out_rank)
+        k = draw.integer("einsum.shared", 0, most)
+        b: list[int | None] = [None] * rb
+        shared = draw.sample("einsum.shared_a", range(ra), k)
+        for label, pos in zip(shared, draw.sample("einsum.shared_b", range(rb), k)):
+            b[pos] = label
+        fresh = iter(range(ra, ra + rb))
+        labels = ra + rb - k
+        n_out = self.out_rank if self.out_rank is not None else draw.integer("einsum.n_out", 0, min(labels, MAX_RANK))
+        self.params.update(
+            a=list(range(ra)),
+            b=[next(fresh) if label is None else label for label in b],
+            out=draw.sample("einsum.out", range(labels), n_out),
+        )
+
+    def _sizes(self, x: list[AbsTensor]) -> dict[int, Dim]:
+        sizes = dict(zip(self.params["a"], x[0].shape))
+        for label, d in zip(self.params["b"], x[1].shape):
+            sizes.setdefault(label, d)
+        return sizes
+
+    def requires(self, x: list[AbsTensor]) -> list[z3.BoolRef]:
+        sizes = self._sizes(x)
+        return [d == sizes[label] for label, d in zip(self.params["b"], x[1].shape) if label < x[0].rank]
+
+    def type_transfer(self, x: list[AbsTensor]) -> list[AbsTensor]:
+        sizes = self._sizes(x)
+        return [AbsTensor([sizes[label] for label in self.params["out"]], x[0].dtype)]
+
+    @staticmethod
+    def forward(a: Attrs, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        letters = "abcdefghij"
+        sub = lambda labels: "".join(letters[i] for i in labels)
+        return torch.einsum(f"{sub(a.a)},{sub(a.b)}->{sub(a.out)}", x, y)
+
+
 # -- resizing and rearrangement ------------------------------------------------------
 
 
@@ -488,12 +626,113 @@ class PixelUnshuffle(Layer):
         return F.pixel_unshuffle(x, a.factor)
 
 
+class SpaceToDepth(Layer):
+    """[N, C, H*r, W*r] -> [N, r*r*C, H, W] with the offset in the block outermost in the
+    channels (ONNX SpaceToDepth; PixelUnshuffle puts it innermost and exports as
+    Reshape/Transpose)."""
+
+    sigs = same(ALL)
+    in_ranks = ((4,),)
+    attrs = {"block": SIZE}
+
+    def requires(self, x: list[AbsTensor]) -> list[z3.BoolRef]:
+        return [multiple(self, f"out{i}", d, self.block)[1] for i, d in enumerate(x[0].shape[2:])]
+
+    def type_transfer(self, x: list[AbsTensor]) -> list[AbsTensor]:
+        n, c, h, w = x[0].shape
+        r = self.block
+        return [AbsTensor([n, r * r * c, multiple(self, "out0", h, r)[0], multiple(self, "out1", w, r)[0]], x[0].dtype)]
+
+    @staticmethod
+    def forward(a: Attrs, x: torch.Tensor) -> torch.Tensor:
+        n, c, h, w = a.in_types[0].shape
+        r = a.block
+
+        def blocks(t: torch.Tensor) -> torch.Tensor:
+            t = t.reshape(n, c, h // r, r, w // r, r).permute(0, 3, 5, 1, 2, 4)
+            return t.reshape(n, r * r * c, h // r, w // r)
+
+        return as_node(blocks, "SpaceToDepth", [x], attrs={"blocksize_i": r})
+
+
+# -- sampling ------------------------------------------------------------------------------
+
+
+class GridSample(OpSpec):
+    """F.grid_sample: x [N, C, *S] read at grid [N, *S_out, k] (k = len(S), coordinates in
+    [-1, 1] span x) -> [N, C, *S_out]; mode, padding mode and align_corners drawn (bicubic
+    is 2-D only). Not float16: torch interpolates float16 with another rounding than the
+    backends, beyond the oracle's tolerance."""
+
+    sigs = same((DType.float32, DType.float64), 2)
+    in_ranks = ((4, 5), (4, 5))
+    min_opset = 20  # 16 would do for 2-D grids, but the exporter writes 3-D ones from 20 only
+
+    def in_ranks_for(self, draw: ChoiceSource, out_rank: int) -> list[int] | None:
+        return [out_rank, out_rank] if out_rank in (4, 5) else None
+
+    def setup(self, draw: ChoiceSource, ins: list[Slot]) -> None:
+        modes = ("bilinear", "nearest", "bicubic") if ins[0][1] == 4 else ("bilinear", "nearest")
+        self.params.update(
+            mode=draw.choice("grid_sample.mode", modes),
+            padding=draw.choice("grid_sample.padding", ("zeros", "border", "reflection")),
+            align_corners=draw.coin("grid_sample.align_corners"),
+        )
+
+    def requires(self, x: list[AbsTensor]) -> list[z3.BoolRef]:
+        if mixed_ranks(x):
+            return [False]
+        return [x[1].shape[0] == x[0].shape[0], x[1].shape[-1] == x[0].rank - 2]
+
+    def type_transfer(self, x: list[AbsTensor]) -> list[AbsTensor]:
+        return [AbsTensor([*x[0].shape[:2], *x[1].shape[1:-1]], x[0].dtype)]
+
+    @staticmethod
+    def forward(a: Attrs, x: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
+        return F.grid_sample(x, grid, a.mode, a.padding, a.align_corners)
+
+
+class AffineGrid(RankChanging):
+    """F.affine_grid: theta [N, 2, 3] -> sampling grid [N, H, W, 2], or [N, 3, 4] ->
+    [N, D, H, W, 3], of symbolic sizes (ONNX AffineGrid). Not float16, as GridSample."""
+
+    sigs = same((DType.float32, DType.float64))
+    in_ranks = ((3,),)
+    min_opset = 20
+
+    def in_ranks_for(self, draw: ChoiceSource, out_rank: int) -> list[int] | None:
+        return [3] if out_rank in (4, 5) else None
+
+    def setup(self, draw: ChoiceSource, ins: list[Slot]) -> None:
+        k = self.out_rank - 2 if self.out_rank is not None else draw.choice("affine_grid.dims", (2, 3))
+        for i in range(k):
+            self.new_attr(f"size{i}", SIZE)
+        self.params.update(k=k, align_corners=draw.coin("affine_grid.align_corners"))
+
+    def requires(self, x: list[AbsTensor]) -> list[z3.BoolRef]:
+        k = self.params["k"]
+        # With align_corners a size-1 grid has no corners to align: torch puts it at the
+        # centre, ONNX at -1, TVM refuses it.
+        wide = [self.sym[f"size{i}"] > 1 for i in range(k)] if self.params["align_corners"] else []
+        return [x[0].shape[1] == k, x[0].shape[2] == k + 1, *wide]
+
+    def type_transfer(self, x: list[AbsTensor]) -> list[AbsTensor]:
+        k = self.params["k"]
+        return [AbsTensor([x[0].shape[0], *(self.sym[f"size{i}"] for i in range(k)), k], x[0].dtype)]
+
+    @staticmethod
+    def forward(a: Attrs, theta: torch.Tensor) -> torch.Tensor:
+        size = [a.in_types[0].shape[0], 1, *spatial(a, "size", a.k)]  # the channel count is not used
+        return F.affine_grid(theta, size, a.align_corners)
+
+
 OPS = (
     Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d,
     MaxPool1d, MaxPool2d, AvgPool1d, AvgPool2d, AdaptiveAvgPool2d, AdaptiveMaxPool2d,
     BatchNorm, InstanceNorm, LayerNorm, PReLU,
     Softmax, LogSoftmax, Linear, MatMul, Addmm,
     Interpolate, PixelShuffle, PixelUnshuffle,
+    LpPool2d, GlobalMaxPool, GlobalLpPool, LocalResponseNorm, Einsum, SpaceToDepth, GridSample, AffineGrid,
 )  # fmt: skip
 # Not in the library, though a spec of it agreed with torch and ONNX on its own:
 # - GroupNorm is exported as Reshape/InstanceNormalization/Reshape with
