@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from nnsmith_cov.abstract.op import OpSpec
-from nnsmith_cov.ops import elementwise, nn, reduce, shape
+from nnsmith_cov.ops import elementwise, index, nn, quantize, reduce, shape
 
-ALL_OPS: tuple[type[OpSpec], ...] = (*elementwise.OPS, *nn.OPS, *shape.OPS, *reduce.OPS)
+ALL_OPS: tuple[type[OpSpec], ...] = (*elementwise.OPS, *nn.OPS, *shape.OPS, *reduce.OPS, *index.OPS, *quantize.OPS)
 
 _BY_NAME = {op.name(): op for op in ALL_OPS}
 assert len(_BY_NAME) == len(ALL_OPS), "operator names must be unique"

@@ -1,4 +1,4 @@
-"""Layout operators: reshape-like, concat/split, slicing, padding, tiling, triangles, gather, scans, top-k."""
+"""Layout operators: reshape-like, concat/split, slicing, padding, tiling, triangles, scans, top-k."""
 
 from __future__ import annotations
 
@@ -595,65 +595,6 @@ class Triu(Tril):
         return torch.triu(x, a.diagonal)
 
 
-# -- gather --------------------------------------------------------------------------
-
-
-def _in_range(index: torch.Tensor, size: int) -> torch.Tensor:
-    # Index values come from the graph (any int64), so the op wraps them into
-    # [0, size) itself (floor modulo, exported as Mod): valid by construction.
-    return torch.remainder(index, size)
-
-
-class GatherElements(OpSpec):
-    """torch.gather(x, axis, index % x.shape[axis]); index dims fit in x's off the axis."""
-
-    sigs = [((d, DType.int64), (d,)) for d in ALL]
-    in_ranks = (NONSCALAR, NONSCALAR)
-
-    def setup(self, draw: ChoiceSource, ins: list[Slot]) -> None:
-        self.params["axis"] = draw.integer("gather.axis", 0, ins[0][1] - 1)
-
-    def requires(self, x: list[AbsTensor]) -> list[z3.BoolRef]:
-        if mixed_ranks(x):
-            return [z3.BoolVal(False, context())]
-        data, index = x
-        return [index.shape[i] <= data.shape[i] for i in range(data.rank) if i != self.params["axis"]]
-
-    def type_transfer(self, x: list[AbsTensor]) -> list[AbsTensor]:
-        return [AbsTensor(list(x[1].shape), x[0].dtype)]
-
-    @staticmethod
-    def forward(a: Attrs, x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-        return torch.gather(x, a.axis, _in_range(index, a.in_types[0].shape[a.axis]))
-
-
-class IndexSelect(RankChanging):
-    """torch.index_select(x, axis, index % x.shape[axis]) with a 1-D or 0-D index (ONNX Gather).
-
-    The index is a weight (a lookup table of positions): int64 values of rank
-    0 or 1 are too rare in generated graphs for forward insertion to find one.
-    """
-
-    sigs = [((d, DType.int64), (d,)) for d in ALL]
-    in_ranks = (NONSCALAR, (0, 1))
-    param_inputs = (1,)
-
-    def in_ranks_for(self, draw: ChoiceSource, out_rank: int) -> list[int]:
-        return [out_rank, draw.integer("index_select.index_rank", 0, 1)]
-
-    def setup(self, draw: ChoiceSource, ins: list[Slot]) -> None:
-        self.params["axis"] = draw.integer("index_select.axis", 0, ins[0][1] - 1)
-
-    def type_transfer(self, x: list[AbsTensor]) -> list[AbsTensor]:
-        shape = list(x[0].shape)
-        shape[self.params["axis"]] = x[1].shape[0] if x[1].rank else 1
-        return [AbsTensor(shape, x[0].dtype)]
-
-    @staticmethod
-    def forward(a: Attrs, x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-        return torch.index_select(x, a.axis, _in_range(index, a.in_types[0].shape[a.axis]))
-
-
 # -- scans, order ----------------------------------------------------------------------
 
 
@@ -759,5 +700,5 @@ OPS = (
     Reshape, Flatten, Transpose, Permute, Squeeze, Unsqueeze, Expand,
     Concat2, Concat3, Concat4, Split2, Split3, Slice,
     PadConstant, PadReflect, PadReplicate, Tile, Tril, Triu,
-    GatherElements, IndexSelect, CumSum, TopK, Flip, Roll,
+    CumSum, TopK, Flip, Roll,
 )  # fmt: skip

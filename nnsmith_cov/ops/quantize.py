@@ -1,0 +1,61 @@
+"""Fake quantization: round to a quantized grid and back (ONNX QuantizeLinear + DequantizeLinear).
+
+torch's fake-quantize kernels and ONNX's float scale take float32 only. The exporter
+accepts the quantized ranges 0..255 (uint8), -128..127 (int8) and 0..127 (uint8 and a
+Clip); the zero point lies in the range.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from nnsmith_cov.abstract.choice import ChoiceSource
+from nnsmith_cov.abstract.dtype import DType
+from nnsmith_cov.abstract.op import NONSCALAR, Attrs, Elementwise, Slot, same
+
+# Powers of two: torch multiplies by 1 / scale where ONNX divides by scale, which rounds
+# differently (a whole quantum apart at a tie) unless the scale is a power of two.
+_SCALES = (2.0**-6, 2.0**-4, 2.0**-2, 0.5, 1.0)
+_RANGES = ((0, 255), (-128, 127), (0, 127))
+
+
+class FakeQuantize(Elementwise):
+    """torch.fake_quantize_per_tensor_affine with a drawn scale, range and zero point."""
+
+    sigs = same([DType.float32])
+
+    def setup(self, draw: ChoiceSource, ins: list[Slot]) -> None:
+        lo, hi = draw.choice("fake_quant.range", _RANGES)
+        self.params.update(
+            scale=draw.choice("fake_quant.scale", _SCALES), lo=lo, hi=hi, zero=draw.integer("fake_quant.zero", lo, hi)
+        )
+
+    @staticmethod
+    def forward(a: Attrs, x: torch.Tensor) -> torch.Tensor:
+        return torch.fake_quantize_per_tensor_affine(x, a.scale, a.zero, a.lo, a.hi)
+
+
+class FakeQuantizePerChannel(FakeQuantize):
+    """torch.fake_quantize_per_channel_affine along a drawn axis (ONNX's `axis` attribute).
+
+    The axis' length is symbolic when drawing, so channel c's scale and zero point are
+    derived from the drawn ones: scale * 2 ** (c % 3), zero + 37 * c wrapped into the range.
+    """
+
+    in_ranks = (NONSCALAR,)
+    min_opset = 13
+
+    def setup(self, draw: ChoiceSource, ins: list[Slot]) -> None:
+        super().setup(draw, ins)
+        self.params["axis"] = draw.integer("fake_quant.axis", 0, ins[0][1] - 1)
+
+    @staticmethod
+    def forward(a: Attrs, x: torch.Tensor) -> torch.Tensor:
+        # Plain lists, so the export holds them as constants.
+        channels = range(a.in_types[0].shape[a.axis])
+        scale = torch.tensor([a.scale * 2 ** (c % 3) for c in channels], dtype=torch.float32)
+        zero = torch.tensor([a.lo + (a.zero - a.lo + 37 * c) % (a.hi - a.lo + 1) for c in channels], dtype=torch.int32)
+        return torch.fake_quantize_per_channel_affine(x, scale, zero, a.axis, a.lo, a.hi)
+
+
+OPS = (FakeQuantize, FakeQuantizePerChannel)
