@@ -3,16 +3,25 @@
 Each op is generated alone into small graphs (so it is inserted forward and
 backward, with binned attributes), materialized, run, exported with every
 value exposed, and ONNX shape inference (with declared output types removed)
-must derive exactly the GraphIR's shape and dtype for each value.
+must derive exactly the GraphIR's shape and dtype for each value. The specs
+added to reach particular backend converters export the ONNX op they target,
+and the indexing specs take any index value.
 """
 
 from __future__ import annotations
 
+import numpy as np
+import onnx
+import onnxruntime as ort
 import pytest
+import torch
 
+from nnsmith_cov.abstract.dtype import DType
+from nnsmith_cov.backends.op_support import probe_graph, sig_key
 from nnsmith_cov.gen.generator import GenConfig, GenerationError, generate
+from nnsmith_cov.materialize.model_dir import materialize_and_export
 from nnsmith_cov.materialize.validate import check_agreement
-from nnsmith_cov.ops import ALL_OPS
+from nnsmith_cov.ops import ALL_OPS, op_by_name
 from nnsmith_cov.search.sampling import sample_values
 
 SEEDS = range(10)
@@ -33,3 +42,107 @@ def test_spec_agrees_with_torch_and_onnx(op):
     assert directions["forward"] > 0, f"{op.name()} was never inserted forward"
     if op.n_outputs() == 1:
         assert directions["backward"] > 0, f"{op.name()} was never inserted backward"
+
+
+# Each spec added to reach a backend converter, and the ONNX op type its single-op export
+# must contain: an exporter change that decomposes one of them (or stops emitting it) fails here.
+TARGETS: dict[str, tuple[str, ...]] = {
+    "Softplus": ("Softplus",),
+    "Mish": ("Mish",),
+    "Asinh": ("Asinh",),
+    "Celu": ("Celu",),
+    "ThresholdedRelu": ("ThresholdedRelu",),
+    "Shrink": ("Shrink",),
+    "IsNaN": ("IsNaN",),
+    "IsInf": ("IsInf",),
+    "BitwiseNot": ("BitwiseNot",),
+    "TypeAs": ("CastLike",),
+    "GreaterEqual": ("GreaterOrEqual",),
+    "LessEqual": ("LessOrEqual",),
+    "BitwiseAnd": ("BitwiseAnd",),
+    "BitwiseOr": ("BitwiseOr",),
+    "BitwiseXor": ("BitwiseXor",),
+    "BitShift": ("BitShift",),
+    "LpPool2d": ("LpPool",),
+    "GlobalMaxPool": ("GlobalMaxPool",),
+    "GlobalLpPool": ("GlobalLpPool",),
+    "LocalResponseNorm": ("LRN",),
+    "Einsum": ("Einsum",),
+    "SpaceToDepth": ("SpaceToDepth",),
+    "GridSample": ("GridSample",),
+    "AffineGrid": ("AffineGrid",),
+    "ReduceLogSumExp": ("ReduceLogSumExp",),
+    "ReduceL1": ("ReduceL1",),
+    "ReduceL2": ("ReduceL2",),
+    "ReduceSumSquare": ("ReduceSumSquare",),
+    "GatherND": ("GatherND",),
+    "ScatterValue": ("ScatterElements",),
+    "ScatterAdd": ("ScatterElements",),
+    "ScatterReduce": ("ScatterElements",),
+    "IndexPut": ("ScatterND",),
+    "OneHot": ("OneHot",),
+    "FakeQuantize": ("QuantizeLinear", "DequantizeLinear"),
+    "FakeQuantizePerChannel": ("QuantizeLinear", "DequantizeLinear"),
+}
+
+
+@pytest.mark.parametrize("name", TARGETS)
+def test_spec_exports_the_onnx_op_it_targets(name):
+    op = op_by_name(name)
+    assert not op.vulnerable, "the value search's vulnerable set stays as it is"
+    for sig in op.sigs:
+        graph = probe_graph(op, sig)
+        assert graph is not None, f"no single-op graph for {sig_key(sig)}"
+        model = onnx.load_from_string(materialize_and_export(graph, sample_values(graph, 0)).onnx)
+        found = {node.op_type for node in model.graph.node}
+        assert set(TARGETS[name]) <= found, f"{name} {sig_key(sig)} exported as {sorted(found)}"
+
+
+def test_scatters_reach_each_reduction():
+    reductions = {"ScatterAdd": set(), "ScatterReduce": set()}
+    for name, seen in reductions.items():
+        for seed in range(10):
+            try:
+                graph = generate(GenConfig(nodes=2, ops=[op_by_name(name)]), seed).graph
+            except GenerationError:
+                continue
+            model = onnx.load_from_string(materialize_and_export(graph, sample_values(graph, seed)).onnx)
+            seen |= {a.s.decode() for n in model.graph.node for a in n.attribute if a.name == "reduction"}
+    assert reductions == {"ScatterAdd": {"add"}, "ScatterReduce": {"max", "min"}}
+
+
+# Specs whose index input the op wraps into range itself.
+INDEX_SPECS = (
+    "GatherElements",
+    "IndexSelect",
+    "GatherND",
+    "ScatterValue",
+    "ScatterAdd",
+    "ScatterReduce",
+    "IndexPut",
+    "OneHot",
+)
+
+
+@pytest.mark.parametrize("name", INDEX_SPECS)
+@pytest.mark.parametrize("fill", [-(2**62) - 3, -1, 2**62 + 5])
+def test_any_index_value_is_a_valid_position_in_torch_and_onnx(name, fill):
+    """Whatever int64 values the value search gives an index, the op runs, and ONNX
+    (ORT, which checks positions) computes what torch does."""
+    op = op_by_name(name)
+    sig = next((s for s in op.sigs if s[0][0] is DType.float32), op.sigs[0])
+    graph = probe_graph(op, sig)
+    values = sample_values(graph, 1)
+    (inst,) = graph.insts
+    for i, v in enumerate(inst.inputs):
+        if graph.types[v].dtype is DType.int64 and (i > 0 or name == "OneHot"):
+            values[v] = np.full(graph.types[v].shape, fill, dtype=np.int64)
+            values[v].flat[::2] = fill // 3  # not all equal
+    exported = materialize_and_export(graph, values)
+    with torch.no_grad():
+        expected = exported.module(*exported.inputs)
+    session = ort.InferenceSession(exported.onnx, providers=["CPUExecutionProvider"])
+    feeds = {f"i{v}": values[v] for v in graph.inputs}
+    got = session.run(None, feeds)
+    for want, have in zip(expected, got):
+        np.testing.assert_allclose(have, want.numpy(), rtol=1e-3, atol=1e-3)
