@@ -16,11 +16,13 @@ gradient and are only ever redrawn (on restarts, and in targeted redraws of
 the leaves that feed an op the gradient cannot move).
 
 How a step is taken (`MaskedAdam`, `search_values`): Adam's direction, scaled
-by each value's magnitude (at least 1), moving only elements whose gradient
-is non-zero now; a step is undone and retried shorter when it made its target
-worse or broke an op before it (first, once, at the same length without moving
-the broken op's leaves), and an op it broke keeps a margin from its domain
-boundary while the target is repaired.
+by each value's magnitude (at least 1) and by its trust, moving only elements
+whose gradient is non-zero now. A step that made its target worse or broke an
+op before it is backed off element by element: the moved elements the
+violated loss depends on go back and are trusted half as far, the rest keep
+their move. Ops a step broke, and the target's own losses that hold, guard the
+target with a margin: they hold still the elements they would pull the other
+way.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ DEFAULT_INIT = (-1.0, 1.0)  # where the gradient search starts
 SAMPLING_INIT = (1.0, 9.0)  # the paper's sampling baseline
 GUARD_MARGIN = 0.1  # how far inside its domain a guard op is kept
 MAX_REDRAWS = 4  # targeted redraws of integer/bool leaves before a full restart
+TRUST_GAIN = 1.5  # trust regained by an element whose step was kept
+MIN_TRUST = 1 / 1024  # below this an element's step is not worth taking
 BOOL_MASTER = (0.25, 0.75)  # masters of False and True: one step of lr 0.5 flips them
 
 
@@ -103,7 +107,7 @@ def _tame(g: torch.Tensor) -> torch.Tensor:
 
 class MaskedAdam:
     """Adam whose step moves only the elements with a non-zero gradient in this step,
-    each by lr times its magnitude (at least 1) along Adam's direction.
+    each by lr times its trust times its magnitude (at least 1) along Adam's direction.
 
     The domain losses are hinges: an element that has just crossed into its
     valid region has zero gradient, and plain Adam would carry it on by its
@@ -111,12 +115,25 @@ class MaskedAdam:
     side. Here it stays where it landed. Steps relative to the magnitude (as
     Adafactor's) bring a value from 9 to below 1 in four steps instead of
     sixteen; values near 0 still move by lr.
+
+    `trust` (per element, at most 1) is the step control: an element
+    whose move made things worse is moved back and trusted half as far, one
+    whose move was kept regains trust (as Rprop's step sizes), so a value that
+    must land in a narrow window takes shorter steps while the rest do not.
     """
 
-    def __init__(self, params: list[torch.Tensor], lr: float, betas=(0.9, 0.999), eps: float = 1e-8) -> None:
+    def __init__(self, params: list[torch.Tensor], lr: float, betas=(0.9, 0.999), eps: float = 1e-300) -> None:
         self.params, self.lr, self.betas, self.eps = params, lr, betas, eps
-        self.m = [torch.zeros_like(p) for p in params]
-        self.v = [torch.zeros_like(p) for p in params]
+        self.trust = [torch.ones_like(p, dtype=torch.float64) for p in params]
+        self.restart()
+
+    def restart(self) -> None:
+        """Forget the moments (not the trust): the next step goes along sign(gradient)."""
+        # Moments in float64 with an eps far below any gradient: a gradient of 1e-14 (Erf
+        # or Exp deep in saturation, in float32) moves its element like any other; with
+        # Adam's usual eps of 1e-8 it would not move it at all.
+        self.m = [torch.zeros_like(p, dtype=torch.float64) for p in self.params]
+        self.v = [torch.zeros_like(p, dtype=torch.float64) for p in self.params]
         self.t = 0
 
     @torch.no_grad()
@@ -124,26 +141,47 @@ class MaskedAdam:
         self.t += 1
         b1, b2 = self.betas
         c1, c2 = 1 - b1**self.t, 1 - b2**self.t
-        for p, m, v, g in zip(self.params, self.m, self.v, grads):
+        for p, m, v, trust, g in zip(self.params, self.m, self.v, self.trust, grads):
             if g is None:
                 continue
+            g = g.double()
             m.mul_(b1).add_(g, alpha=1 - b1)
             v.mul_(b2).addcmul_(g, g, value=1 - b2)
-            scale = p.detach().abs().clamp(min=1)
-            update = self.lr * scale * (m / c1) / ((v / c2).sqrt() + self.eps)
-            p.sub_(torch.where(g != 0, update, 0))
+            scale = p.detach().double().abs().clamp(min=1) * trust
+            # Adam's ratio is at most about 3 in magnitude; the clamp only matters where g * g
+            # underflowed (|g| < 1e-154) and v is 0.
+            ratio = ((m / c1) / ((v / c2).sqrt() + self.eps)).clamp(-4, 4)
+            p.sub_(torch.where(g != 0, self.lr * scale * ratio, 0).to(p.dtype))
+
+    @torch.no_grad()
+    def reward(self, moved: list[torch.Tensor | None]) -> None:
+        """The elements `moved` took a step that was kept: trust them further."""
+        for trust, mv in zip(self.trust, moved):
+            if mv is not None:
+                trust.copy_(torch.where(mv, (trust * TRUST_GAIN).clamp(max=1), trust))
+
+    @torch.no_grad()
+    def punish(self, moved: list[torch.Tensor | None]) -> None:
+        """The elements `moved` took a step that made things worse: trust them half as far."""
+        for trust, mv in zip(self.trust, moved):
+            if mv is not None:
+                trust.copy_(torch.where(mv, trust / 2, trust))
+
+    def trusted(self, grads: list[torch.Tensor | None]) -> bool:
+        """Whether a step along `grads` still moves some element by a useful length."""
+        return any(g is not None and bool((t[g != 0] >= MIN_TRUST).any()) for t, g in zip(self.trust, grads))
 
 
 @dataclass
 class _Step:
-    """A step taken on `target`, kept until the next evaluation accepts or undoes it."""
+    """A step taken on `target`, kept until an evaluation accepts it or undoes all of it."""
 
     target: int
     which: int  # the index of its first positive loss (len(domain) for the overflow guard)
     loss: float
-    masters: dict[int, torch.Tensor]
+    start: dict[int, torch.Tensor]  # every master before the step
     grads: list[torch.Tensor | None]
-    held: bool = False  # retried without moving the leaves of an op the full step broke
+    moved: list[torch.Tensor | None] = field(default_factory=list)  # per trainable master: moved and not undone
 
 
 class _Search:
@@ -286,22 +324,26 @@ def search_values(
 
     Each iteration runs the graph up to the first op with a NaN/Inf output.
     The gradient method then judges its previous step: a step is kept when
-    its target's loss went down or the target became valid, and undone and
-    retried at half the learning rate when the loss went up or an op before
-    the target broke (a full-size step overshoots products of many moving
-    values, and fixing a later op must not break an earlier one). A step that
-    broke an op is first retried once at the same length holding the leaves
-    of that op still, when other leaves move the target. An op a
-    step broke becomes a guard: until the target changes, its domain losses
-    with a margin of GUARD_MARGIN join the target's loss. The learning rate
-    (Adam's, reset on every new target) grows back by half on each kept step,
-    up to `lr`. An op with a NaN/Inf output that no domain loss explains (an
-    overflow) follows `overflow_guard`.
+    its target's loss went down or the target became valid. When the loss
+    went up, or an op before the target broke (a full-size step overshoots
+    products of many moving values, and fixing a later op must not break an
+    earlier one), the elements the violated loss has a gradient in are moved
+    back to where the step started and their trust (`MaskedAdam`) is halved;
+    the other elements keep their move, and the next iteration judges the
+    result again. Once nothing of the step is left, it is taken again as far
+    as each element is trusted now. A kept step restores its elements' trust
+    by half, up to 1; Adam's moments and the trust are reset on every new
+    target and loss. An op a step broke becomes a guard: until the target
+    changes, its domain losses with a margin of GUARD_MARGIN hold still the
+    elements the target would push towards its boundary (`_step_grads`), as
+    do the target's own earlier losses (a Pow made valid in its base must
+    stay so while y * log(x) is brought down). An op with a NaN/Inf output
+    that no domain loss explains (an overflow) follows `overflow_guard`.
 
     Beyond Algorithm 3's restarts on a zero gradient, the gradient method also
     restarts when one target's loss has not improved for `patience` steps,
-    after `max_steps` steps on it, or when its learning rate has been halved
-    below lr / 1024: losses such as Sqrt(1 / x) for negative x slope towards
+    after `max_steps` steps on it, or when every element a step would move is
+    trusted less than MIN_TRUST: losses such as Sqrt(1 / x) for negative x slope towards
     the pole, never across it, so following them longer does not help. Each
     restart flips the side a magnitude leaves 0 towards. Where
     the failing op's loss cannot be moved by gradient (no loss explains the
@@ -328,6 +370,7 @@ def search_values(
     opt = MaskedAdam(s.trainable(), lr)
     steps, best, stall = 0, math.inf, 0
     guards: set[int] = set()  # ops before the target that a step on it broke
+    aim = 0  # the target's loss being followed
     cap = math.inf  # the overflow guard's cap for the current target
 
     def give_up(bad: int) -> None:
@@ -364,59 +407,56 @@ def search_values(
         which = next((i for i, x in enumerate(losses) if bool(x > 0)), len(losses))
         loss = losses[which] if which < len(losses) else None
         if loss is None:  # nothing in the op's domain explains it: an overflow
-            guard, cap = overflow_guard(ins, cap if bad == target else None)
-            loss = sum(guard) if guard and bool(sum(guard) > 0) else None
+            over, cap = overflow_guard(ins, cap if bad == target else None)
+            loss = sum(over) if over and bool(sum(over) > 0) else None
             if loss is None and bad == target:  # the cap is met: halve it (a new objective)
-                guard, cap = overflow_guard(ins)
-                loss = sum(guard) if guard and bool(sum(guard) > 0) else None
+                over, cap = overflow_guard(ins)
+                loss = sum(over) if over and bool(sum(over) > 0) else None
                 if pending is not None and bad == pending.target:
                     pending.loss = math.inf
-        if loss is not None and bad == target and guards:
+        guard = None
+        if loss is not None:
+            # The target's own losses before `which` hold now; they guard it too.
+            own = which if which < len(losses) else 0
             with num.zero_side(side):
-                loss = loss + _guard_loss(s, guards, env, shadows)
+                guard = _guard_loss(s, guards if bad == target else set(), env, shadows, (bad, own))
         value = math.inf if loss is None else float(loss.detach())
         if pending is not None:
             broke = bad < pending.target
             # Worse: an earlier loss of the target violated again, or the same one grown.
             worse = bad == pending.target and (which, -value) < (pending.which, -pending.loss)
             if broke or worse:
-                # Undo the step. If it broke an op and other leaves also move the target,
-                # take it again holding that op's leaves still: a target whose gradient
+                if broke and s.runner.spec(bad).vulnerable:
+                    guards.add(bad)  # it guards the target from now on
+                # Move back the elements the violated loss depends on, trusting them half
+                # as far from now on; the others keep their move. A target whose gradient
                 # through the broken op is huge (Acos' slope at +-1) breaks it at any step
-                # length, while another leaf could fix the target alone.
-                s.load(pending.masters)
-                if broke and not pending.held:
-                    cone = s.cones[bad]
-                    held = [None if v in cone else g for v, g in zip(s.trainable_leaves(), pending.grads)]
-                    if any(g is not None and bool(g.any()) for g in held):
-                        pending.grads, pending.held = held, True
-                        opt = MaskedAdam(s.trainable(), opt.lr)
-                        opt.step(held)
-                        s.clamp_masters()
-                        continue
-                # An op it broke guards the target from now on; otherwise take the step
-                # again, half as long and without Adam's momentum: a first Adam step goes
-                # along sign(gradient), which a short enough step descends.
-                opt = MaskedAdam(s.trainable(), opt.lr / 2)
-                if opt.lr < lr / 1024:
+                # length of that op's leaves, while other leaves can fix the target alone.
+                if _back_off(s, opt, pending, loss):
+                    continue
+                # Nothing of the step is left: take it again as far as each element is
+                # trusted now, without Adam's momentum (a first Adam step goes along
+                # sign(gradient), which a short enough step descends), unless a new guard
+                # changes the gradient.
+                if not opt.trusted(pending.grads):
                     give_up(pending.target)
                     continue
-                if broke and s.runner.spec(bad).vulnerable:
-                    guards.add(bad)
+                opt.restart()
+                if broke and bad in guards:
                     pending = None
                     continue
-                opt.step(pending.grads)
-                s.clamp_masters()
+                _take(s, opt, pending)
                 continue
-            else:
-                opt.lr = min(lr, opt.lr * 1.5)
-                pending = None
+            opt.reward(pending.moved)
+            pending = None
         if loss is None or not loss.requires_grad:
             give_up(bad)  # no loss explains the NaN/Inf, or no value upstream can move
             continue
-        if target != bad:  # a new target resets Adam, its learning rate and the guards
+        if target != bad:  # a new target resets Adam, its step control and the guards
             target, opt, steps, best, stall = bad, MaskedAdam(s.trainable(), lr), 0, math.inf, 0
-            guards = set()
+            guards, aim = set(), which
+        elif which != aim:  # another of its losses: a new objective, without the last one's momentum
+            opt, aim = MaskedAdam(s.trainable(), lr), which
         steps += 1
         stall = 0 if value < best * (1 - 1e-3) else stall + 1
         best = min(best, value)
@@ -425,30 +465,86 @@ def search_values(
             s.resample()
             target = None
             continue
-        params = s.trainable()
-        for p in params:
-            p.grad = None
-        loss.backward()
-        grads = [None if p.grad is None else _tame(p.grad) for p in params]
+        grads = _step_grads(s.trainable(), loss, guard)
         if not any(g is not None and bool(g.any()) for g in grads):
             give_up(bad)  # zero gradient: nothing to follow
             continue
         pending = _Step(bad, which, value, s.save(), grads)
-        opt.step(grads)
-        s.clamp_masters()
-        if not all(_finite(m) for m in s.masters.values()):
-            s.resample(only_bad=True)
+        _take(s, opt, pending)
 
 
-def _guard_loss(s: _Search, guards: set[int], env, shadows) -> torch.Tensor:
-    """The domain losses of the guard ops, with a margin: positive near their boundary."""
-    total = torch.zeros((), dtype=torch.float64)
+def _take(s: _Search, opt: MaskedAdam, step: _Step) -> None:
+    """Take `step` from its start: one Adam step along its gradients."""
+    opt.step(step.grads)
+    s.clamp_masters()
+    if not all(_finite(m) for m in s.masters.values()):
+        s.resample(only_bad=True)
+    starts = [step.start[v] for v in s.trainable_leaves()]
+    step.moved = [None if g is None else p.detach() != a for p, a, g in zip(s.trainable(), starts, step.grads)]
+
+
+def _back_off(s: _Search, opt: MaskedAdam, step: _Step, culprit: torch.Tensor | None) -> bool:
+    """After `step` made `culprit` (the loss now violated) positive: move the moved
+    elements it depends on back to where the step started and halve their trust.
+    With no gradient to tell them (NaN, no loss), all of them. Returns whether any
+    element is still moved."""
+    params = s.trainable()
+    grads: list = [None] * len(params)
+    if culprit is not None and culprit.requires_grad:
+        grads = [None if g is None else _tame(g) for g in torch.autograd.grad(culprit, params, allow_unused=True)]
+    blamed = [None if mv is None or g is None else mv & (g != 0) for mv, g in zip(step.moved, grads)]
+    if not any(b is not None and bool(b.any()) for b in blamed):
+        blamed = step.moved
+    opt.punish(blamed)
+    left = False
+    with torch.no_grad():
+        for p, v, mv, b in zip(params, s.trainable_leaves(), step.moved, blamed):
+            if mv is None or b is None:
+                continue
+            p.copy_(torch.where(b, step.start[v], p))
+            mv &= ~b
+            left |= bool(mv.any())
+    return left
+
+
+def _guard_loss(s: _Search, guards: set[int], env, shadows, own: tuple[int, int]) -> torch.Tensor | None:
+    """The domain losses of the guard ops and the target's first `own[1]` losses (which
+    hold), with a margin: positive near their boundary. None when there are none."""
+    total = None
+    target, first = own
     with num.margin(GUARD_MARGIN):
-        for j in sorted(guards):
+        for j in sorted(guards | ({target} if first else set())):
             ins = s.runner.differentiable_inputs(j, env, shadows)
-            for x in s.runner.spec(j).domain(s.runner.attrs(j), *ins):
-                total = total + x
+            losses = s.runner.spec(j).domain(s.runner.attrs(j), *ins)
+            for x in losses[:first] if j == target else losses:
+                total = x if total is None else total + x
     return total
+
+
+def _step_grads(params: list[torch.Tensor], loss: torch.Tensor, guard: torch.Tensor | None) -> list:
+    """Gradients for one step on `loss` while `guard` (the guards' losses) holds.
+
+    The guard is a brake, not a goal: where it is active (some guarded element
+    is within its margin) and pulls an element the other way than the target,
+    that element is held still. A sum would let the target's far larger
+    gradient (y * log x of a Pow with y = 1700) push an element just inside its
+    guard's domain back out, at any step length; moving elements by the guard
+    alone would push values that satisfy the target out of a window narrower
+    than the margin. Where the guard would hold every element, it holds none
+    (a step that breaks a guard is backed off element by element anyway)."""
+
+    def grad(x: torch.Tensor, keep: bool) -> list:
+        if not x.requires_grad:
+            return [None] * len(params)
+        gs = torch.autograd.grad(x, params, retain_graph=keep, allow_unused=True)
+        return [None if g is None else _tame(g) for g in gs]
+
+    active = guard is not None and guard.requires_grad and bool(guard.detach() > 0)
+    g_t = grad(loss, active)
+    if not active:
+        return g_t
+    held = [t if g is None or t is None else torch.where(t * g < 0, 0, t) for t, g in zip(g_t, grad(guard, False))]
+    return held if any(h is not None and bool(h.any()) for h in held) else g_t
 
 
 def _result(
