@@ -231,6 +231,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     f.add_argument("--time", type=_duration, help="stop after this long (e.g. 10m, 4h)")
     f.add_argument("--tests", type=_positive, help="stop after this many test cases")
+    f.add_argument(
+        "--status-every",
+        type=_duration,
+        default=60.0,
+        metavar="SECONDS",
+        help="when not on a terminal: a plain status line this often, in seconds or e.g. 5m (default 60)",
+    )
     f.add_argument("--seed", type=_seed, default=0, help="run seed; test k's seed derives from it (default 0)")
     _add_gen_flags(f)
     f.add_argument("--rtol", type=_nonneg_float, default=1e-2, help="relative tolerance (default 0.01)")
@@ -376,12 +383,14 @@ def cmd_batch(args: argparse.Namespace) -> int:
 
 
 def cmd_fuzz(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    import math
+    from contextlib import nullcontext
+
     from rich.live import Live
 
     from nnsmith_cov.campaign.fuzz_loop import FuzzConfig, Fuzzer
     from nnsmith_cov.campaign.run_dir import RunDir, RunDirError
-    from nnsmith_cov.campaign.status import status_line, summary
+    from nnsmith_cov.campaign.status import Ticker, log_console, log_line, screen, summary
     from nnsmith_cov.campaign.testcase import CaseSettings
     from nnsmith_cov.campaign.worker_handle import WorkerHandle, WorkerStartError
     from nnsmith_cov.corpus.records import CorpusError
@@ -409,7 +418,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     run = RunDir(args.output)
     if not resume and (args.output / "config.json").exists():
         raise CliError(f"{args.output} already holds a campaign: --resume it, or choose another folder")
-    console = Console(stderr=True)
+    console = log_console(stderr=True)  # in a log: no 80-column wrapping
     worker = WorkerHandle(args.backends, run.worker_log(0), collector=collector, cov_targets=args.cov_targets)
     try:
         with console.status("starting the worker (importing the backends)"):
@@ -456,13 +465,43 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     interrupted = False
     last_stats = 0.0
     driver = threading.Thread(target=drive, daemon=True)
+    # On a terminal the status screen, redrawn twice a second; in a log, a plain line every
+    # --status-every seconds of campaign time and one at the end.
+    live_screen = console.is_interactive
+    ticker = Ticker(args.status_every, fuzzer.stats.elapsed())
+    title = f"nnsmith-cov {__version__} · {args.output} · {','.join(args.backends)} · {collector or 'no collector'}"
+    arms: dict | None = None
+    arms_at = -math.inf
+
+    def view() -> tuple[float, dict | None]:
+        """Campaign time and the scheduler's top arms (held lock; the summary samples the
+        posterior for ~25 ms, so it is refreshed every few seconds, not at every redraw)."""
+        nonlocal arms, arms_at
+        now = fuzzer.stats.elapsed()
+        if feedback and fuzzer.scheduler is not None and now - arms_at >= 5:
+            arms, arms_at = fuzzer.scheduler.summary(), now
+        return now, arms
+
+    def render():
+        with fuzzer.lock:
+            now, top = view()
+            return screen(fuzzer.stats, now=now, limit_s=args.time, max_tests=args.tests, arms=top, title=title)
+
+    def log() -> None:
+        with fuzzer.lock:
+            now, top = view()
+            line = log_line(fuzzer.stats, now=now, arms=top)
+        console.out(line, highlight=False)
+
     try:
-        with Live(status_line(fuzzer.stats, args.time), console=console, refresh_per_second=2) as live:
+        with Live(render(), console=console, refresh_per_second=2) if live_screen else nullcontext() as live:
             driver.start()
             while driver.is_alive():
-                driver.join(timeout=0.5)
-                with fuzzer.lock:
-                    live.update(status_line(fuzzer.stats, args.time))
+                driver.join(timeout=0.5 if live_screen else min(0.5, ticker.wait_s(fuzzer.stats.elapsed())))
+                if live is not None:
+                    live.update(render())
+                elif ticker.due(fuzzer.stats.elapsed()):
+                    log()
                 if fuzzer.stats.elapsed() - last_stats >= 5:
                     fuzzer.write_stats()
                     last_stats = fuzzer.stats.elapsed()
@@ -471,6 +510,8 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         stop.set()
         driver.join()
     finally:
+        if not live_screen and not failure:
+            log()
         fuzzer.write_stats()
         fuzzer.close()
         for w in (worker, *more):
@@ -479,7 +520,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         raise CliError(str(failure[0]))
     if failure:
         raise failure[0]
-    Console().print(summary(fuzzer.stats))
+    log_console().print(summary(fuzzer.stats))
     print(f"campaign folder: {args.output}  (findings in {args.output / 'findings'}; resume with --resume)")
     return 130 if interrupted else 0
 
