@@ -184,6 +184,10 @@ def test_fuzz_without_a_terminal_logs_plain_lines(tmp_path, capsys, monkeypatch)
     assert all(LOG.fullmatch(line) and " | findings " in line and "| top ops " in line for line in lines)
     counts = [int(re.search(r"tests (\d+)", line).group(1)) for line in lines]
     assert counts == sorted(counts) and counts[-1] == 30  # the last line is the campaign's end
+    # resumed with nothing left to do: the one line still knows when coverage last grew
+    assert main(["fuzz", "--resume", str(tmp_path / "c"), "--tests", "30"]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[")]
+    assert len(lines) == 1 and " tests 30 " in lines[0] and " last-new never " not in lines[0]
 
 
 def test_a_log_console_keeps_long_lines_whole(capsys, monkeypatch):
