@@ -473,23 +473,24 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     arms: dict | None = None
     arms_at = -math.inf
 
-    def view() -> tuple[float, dict | None]:
+    def view(final: bool) -> tuple[float, dict | None]:
         """Campaign time and the scheduler's top arms (held lock; the summary samples the
-        posterior for ~25 ms, so it is refreshed every few seconds, not at every redraw)."""
+        posterior for ~25 ms, so it is refreshed every few seconds and at the end, not at
+        every redraw)."""
         nonlocal arms, arms_at
         now = fuzzer.stats.elapsed()
-        if feedback and fuzzer.scheduler is not None and now - arms_at >= 5:
+        if feedback and fuzzer.scheduler is not None and (final or now - arms_at >= 5):
             arms, arms_at = fuzzer.scheduler.summary(), now
         return now, arms
 
-    def render():
+    def render(final: bool = False):
         with fuzzer.lock:
-            now, top = view()
+            now, top = view(final)
             return screen(fuzzer.stats, now=now, limit_s=args.time, max_tests=args.tests, arms=top, title=title)
 
-    def log() -> None:
+    def log(final: bool = False) -> None:
         with fuzzer.lock:
-            now, top = view()
+            now, top = view(final)
             line = log_line(fuzzer.stats, now=now, arms=top)
         console.out(line, highlight=False)
 
@@ -499,7 +500,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
             while driver.is_alive():
                 driver.join(timeout=0.5 if live_screen else min(0.5, ticker.wait_s(fuzzer.stats.elapsed())))
                 if live is not None:
-                    live.update(render())
+                    live.update(render(final=not driver.is_alive()))
                 elif ticker.due(fuzzer.stats.elapsed()):
                     log()
                 if fuzzer.stats.elapsed() - last_stats >= 5:
@@ -511,7 +512,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         driver.join()
     finally:
         if not live_screen and not failure:
-            log()
+            log(final=True)
         fuzzer.write_stats()
         fuzzer.close()
         for w in (worker, *more):
