@@ -79,8 +79,19 @@ def test_perturbed_output_is_an_optimization_inconsistency_and_reproduces(tmp_pa
         ("faulty_backends:Abort", "SIGABRT", "execute"),
     ],
 )
-def test_worker_death_is_recorded_and_the_loop_goes_on(tmp_path, capsys, backend, how, stage):
-    fuzzer, events, run = _fuzz(tmp_path, backend, tests=3)
+def test_worker_death_is_recorded_and_the_loop_goes_on(tmp_path, capsys, monkeypatch, backend, how, stage):
+    import resource
+
+    # Workers must not leave a core file per crash, whatever limit they inherit (with
+    # core_pattern "core", as here, the file would land in the working folder).
+    monkeypatch.chdir(tmp_path)
+    soft, hard = resource.getrlimit(resource.RLIMIT_CORE)
+    resource.setrlimit(resource.RLIMIT_CORE, (hard, hard))
+    try:
+        fuzzer, events, run = _fuzz(tmp_path, backend, tests=3)
+    finally:
+        resource.setrlimit(resource.RLIMIT_CORE, (soft, hard))
+    assert not [f for f in tmp_path.rglob("core*") if f.is_file()]
     st = fuzzer.stats
     assert st.findings == {f"crash/{stage}/{backend}": 3}
     assert list(st.signatures) == [f"{backend}/{stage}/opt: {how}"]

@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import dataclasses
 import os
+import resource
 import sys
 import time
 import traceback
@@ -417,6 +418,9 @@ def main() -> int:
     ap.add_argument("--collector", default="")
     ap.add_argument("--cov-targets", default="")
     args = ap.parse_args()
+    # Crashing the systems under test is the point: a core file per segfault (hundreds of MB
+    # each, in the campaign's working folder) would fill the disk over a long campaign.
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     import torch
 
     torch.set_num_threads(1)  # one core per worker; parallelism comes from more workers
