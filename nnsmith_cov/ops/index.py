@@ -20,7 +20,7 @@ import z3
 
 from nnsmith_cov.abstract.choice import ChoiceSource
 from nnsmith_cov.abstract.dtype import ALL, NUMERIC, DType
-from nnsmith_cov.abstract.layout import RankChanging, mixed_ranks
+from nnsmith_cov.abstract.layout import RankChanging, lowered, mixed_ranks
 from nnsmith_cov.abstract.op import MAX_RANK, NONSCALAR, AttrKind, Attrs, OpSpec, Slot
 from nnsmith_cov.abstract.symbols import context
 from nnsmith_cov.abstract.tensor import AbsTensor
@@ -147,6 +147,12 @@ class _Scatter(OpSpec):
     def where(a: Attrs, index: torch.Tensor) -> torch.Tensor:
         return positions(index, a.in_types[0].shape[a.axis])
 
+    @staticmethod
+    def updates(a: Attrs, src: torch.Tensor) -> torch.Tensor:
+        """The corner of src that torch reads: ONNX takes updates of the index's shape, and
+        torch's scatter_add backward fails on a larger src."""
+        return src[tuple(slice(0, n) for n in a.in_types[1].shape)]
+
 
 class ScatterValue(_Scatter):
     """x.scatter(axis, index, value) with one drawn value: coinciding positions write the same."""
@@ -175,7 +181,7 @@ class ScatterAdd(_Scatter):
 
     @classmethod
     def forward(cls, a: Attrs, x: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
-        return x.scatter_add(a.axis, cls.where(a, index), src)
+        return x.scatter_add(a.axis, cls.where(a, index), cls.updates(a, src))
 
 
 class ScatterReduce(_Scatter):
@@ -193,9 +199,7 @@ class ScatterReduce(_Scatter):
 
     @classmethod
     def forward(cls, a: Attrs, x: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
-        index = cls.where(a, index)
-        # ONNX takes updates of the index's shape; torch reads that corner of src.
-        src = src[tuple(slice(0, n) for n in a.in_types[1].shape)]
+        index, src = cls.where(a, index), cls.updates(a, src)
         attrs = {"axis_i": a.axis, "reduction_s": a.reduce[1:]}
         fn = lambda t, i, u: t.scatter_reduce(a.axis, i, u, a.reduce)
         return as_node(fn, "ScatterElements", [x, index, src], attrs=attrs, since=18)
@@ -203,7 +207,9 @@ class ScatterReduce(_Scatter):
 
 class IndexPut(RankChanging):
     """x.index_put((index % x.shape[0],), row): the rows of x at 1-D positions all replaced by
-    one row of x.shape[1:] (ONNX ScatterND), so coinciding positions write the same values."""
+    one row of x.shape[1:] (ONNX ScatterND), so coinciding positions write the same values.
+    The row is expanded to one per position first: the exporter reshapes the values to that
+    shape without broadcasting them (a model no backend can run)."""
 
     sigs = [((d, DType.int64, d), (d,)) for d in ALL]
     in_ranks = (NONSCALAR, (1,), tuple(range(MAX_RANK)))
@@ -223,7 +229,9 @@ class IndexPut(RankChanging):
 
     @staticmethod
     def forward(a: Attrs, x: torch.Tensor, index: torch.Tensor, row: torch.Tensor) -> torch.Tensor:
-        return x.index_put((positions(index, a.in_types[0].shape[0]),), row)
+        shape = [a.in_types[1].shape[0], *a.in_types[2].shape]
+        rows = lowered(row.unsqueeze(0), lambda t: t.expand(shape), "Expand", [shape])
+        return x.index_put((positions(index, a.in_types[0].shape[0]),), rows)
 
 
 # -- one-hot -------------------------------------------------------------------------------
