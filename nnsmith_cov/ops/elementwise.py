@@ -301,7 +301,8 @@ CASTS = tuple(_cast(d) for d in (DType.float16, DType.float32, DType.float64, DT
 def _exact_cast(src: DType, dst: DType) -> bool:
     """Conversions that are defined and finite for every value (the Cast specs also take the
     others, and are vulnerable for them): to or from bool, integer to integer (wrapping),
-    into a wider float, and integers into a float that holds their whole range."""
+    float into a wider float, and integer into a float whose range holds the integer's
+    (not int32 or int64 into float16)."""
     if DType.bool in (src, dst) or not (src.is_float or dst.is_float):
         return True
     if src.is_float:

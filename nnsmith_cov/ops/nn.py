@@ -217,8 +217,9 @@ def _root(s: torch.Tensor, p: int) -> torch.Tensor:
 
 class LpPool2d(_Pool):
     """(sum of |x|^p over each window)^(1/p), p in 1..3, zero padding; exported as ONNX LpPool
-    (torch's F.lp_pool2d is avg_pool2d arithmetic and takes no padding). No ceil_mode: a
-    window past the padding is summed by some backends and scaled from a mean by others."""
+    (torch's F.lp_pool2d is avg_pool2d arithmetic and takes no padding). No ceil_mode: TVM
+    rebuilds LpPool as an average pool times the kernel size, the sum only for windows that
+    lie within the padding."""
 
     ndim = 2
 
@@ -661,8 +662,8 @@ class SpaceToDepth(Layer):
 class GridSample(OpSpec):
     """F.grid_sample: x [N, C, *S] read at grid [N, *S_out, k] (k = len(S), coordinates in
     [-1, 1] span x) -> [N, C, *S_out]; mode, padding mode and align_corners drawn (bicubic
-    is 2-D only). Not float16: torch interpolates float16 with another rounding than the
-    backends, beyond the oracle's tolerance."""
+    is 2-D only). Not float16: TVM returns float32 for it (every such graph would be one
+    more finding of that), and ORT's float16 results differ from torch's by up to 1e-2."""
 
     sigs = same((DType.float32, DType.float64), 2)
     in_ranks = ((4, 5), (4, 5))
@@ -694,7 +695,8 @@ class GridSample(OpSpec):
 
 class AffineGrid(RankChanging):
     """F.affine_grid: theta [N, 2, 3] -> sampling grid [N, H, W, 2], or [N, 3, 4] ->
-    [N, D, H, W, 3], of symbolic sizes (ONNX AffineGrid). Not float16, as GridSample."""
+    [N, D, H, W, 3], of symbolic sizes (ONNX AffineGrid). Not float16: the exporter fails
+    on it ("tensor_cpu" not implemented for 'Half')."""
 
     sigs = same((DType.float32, DType.float64))
     in_ranks = ((3,),)
@@ -711,8 +713,8 @@ class AffineGrid(RankChanging):
 
     def requires(self, x: list[AbsTensor]) -> list[z3.BoolRef]:
         k = self.params["k"]
-        # With align_corners a size-1 grid has no corners to align: torch puts it at the
-        # centre, ONNX at -1, TVM refuses it.
+        # With align_corners a size-1 grid has no corners to align: torch and ORT place its
+        # point differently, TVM refuses it.
         wide = [self.sym[f"size{i}"] > 1 for i in range(k)] if self.params["align_corners"] else []
         return [x[0].shape[1] == k, x[0].shape[2] == k + 1, *wide]
 
