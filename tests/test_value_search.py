@@ -309,6 +309,60 @@ def test_masked_adam_leaves_elements_without_gradient_where_they_are():
     assert p[1] == after_first[1] and p[0] < after_first[0]
 
 
+def test_masked_adam_moves_a_tiny_gradient_as_far_as_a_large_one():
+    # Erf deep in saturation has a float32 gradient of about 1e-14: Adam's eps must not
+    # swallow it when another tensor's gradient is large.
+    p, q = torch.tensor([4.0, 4.0]), torch.tensor([4.0])
+    opt = MaskedAdam([p, q], lr=0.5)
+    opt.step([torch.tensor([1e2, 1e-14]), torch.tensor([1e-14])])
+    assert torch.allclose(p, torch.tensor([2.0, 2.0])) and torch.allclose(q, torch.tensor([2.0]))
+
+
+def test_masked_adam_trust_shortens_the_steps_of_punished_elements_only():
+    p = torch.tensor([4.0, 4.0], dtype=torch.float64)
+    opt = MaskedAdam([p], lr=0.5)
+    opt.punish([torch.tensor([True, False])])
+    opt.step([torch.tensor([1.0, 1.0], dtype=torch.float64)])
+    assert p.tolist() == [3.0, 2.0]
+    opt.reward([torch.tensor([True, True])])
+    assert opt.trust[0].tolist() == [0.75, 1.0]
+    assert opt.trusted([torch.tensor([1.0, 0.0])])
+    for _ in range(12):
+        opt.punish([torch.tensor([True, True])])
+    assert not opt.trusted([torch.tensor([1.0, 1.0])])
+
+
+def test_a_narrow_window_is_reached_element_by_element():
+    # Log(Floor(Asin(Log x))) needs every x in [e^sin(1), e] = [2.32, 2.72]: a step that
+    # carries some elements past e breaks Asin; only those go back, at half the length.
+    v = ((64,), F32)
+    g = _net([v], [("Log", {}, (0,), v), ("Asin", {}, (1,), v), ("Floor", {}, (2,), v), ("Log", {}, (3,), v)])
+    for seed in range(4):
+        r = search_values(g, seed, "gradient", budget_ms=60_000, init=INIT, max_iters=40)
+        assert r.ok and ((r.values[0] >= 2.3) & (r.values[0] <= np.e)).all()
+
+
+def test_factors_that_must_take_opposite_signs_do_not_cross_zero_in_lockstep():
+    # Sqrt(-(x * y)) for a scalar x and a vector y, both starting positive.
+    s, y = ((), F32), ((19,), F32)
+    g = _net([s, y], [("Mul", {}, (0, 1), y), ("Neg", {}, (2,), y), ("Sqrt", {}, (3,), y)])
+    for seed in range(4):
+        r = search_values(g, seed, "gradient", budget_ms=60_000, init=INIT, max_iters=60)
+        assert r.ok and (r.values[0] * r.values[1] <= 0).all()
+
+
+def test_an_underflowed_product_has_a_proxy_derivative():
+    # float16 ReduceProd of 64 values in [0.1, 0.5] underflows to 0: its true gradient is 0
+    # in every factor; the proxy raises every factor's magnitude.
+    F16 = DType.float16
+    g = _net([((64,), F16)], [("ReduceProd", {"axes": None, "keepdim": False}, (0,), ((), F16))])
+    x = np.linspace(0.1, 0.5, 64).astype(np.float16)
+    assert float(np.prod(x, dtype=np.float16)) == 0
+    grads = _leaf_grads(g, {0: x}, True, lambda env: -env[1].double())
+    assert (grads[0] < 0).all()  # a loss that wants the product up moves every factor up
+    assert not _leaf_grads(g, {0: x}, False, lambda env: -env[1].double())[0].any()
+
+
 @settings(max_examples=80, deadline=None)
 @given(x=arrays(np.float16, st.integers(1, 24), elements=st.floats(-300, 300, width=16)))
 def test_reduce_prod_domain_bounds_every_partial_product(x):

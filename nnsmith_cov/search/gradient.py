@@ -45,6 +45,7 @@ DEFAULT_INIT = (-1.0, 1.0)  # where the gradient search starts
 SAMPLING_INIT = (1.0, 9.0)  # the paper's sampling baseline
 GUARD_MARGIN = 0.1  # how far inside its domain a guard op is kept
 MAX_REDRAWS = 4  # targeted redraws of integer/bool leaves before a full restart
+JITTER = 0.5  # relative spread of the step lengths of one step's elements
 TRUST_GAIN = 1.5  # trust regained by an element whose step was kept
 MIN_TRUST = 1 / 1024  # below this an element's step is not worth taking
 BOOL_MASTER = (0.25, 0.75)  # masters of False and True: one step of lr 0.5 flips them
@@ -122,18 +123,23 @@ class MaskedAdam:
     must land in a narrow window takes shorter steps while the rest do not.
     """
 
-    def __init__(self, params: list[torch.Tensor], lr: float, betas=(0.9, 0.999), eps: float = 1e-300) -> None:
-        self.params, self.lr, self.betas, self.eps = params, lr, betas, eps
-        self.trust = [torch.ones_like(p, dtype=torch.float64) for p in params]
+    def __init__(
+        self,
+        params: list[torch.Tensor],
+        lr: float,
+        jitter: torch.Generator | None = None,
+        betas=(0.9, 0.999),
+        eps: float = 1e-30,
+    ) -> None:
+        self.params, self.lr, self.jitter, self.betas, self.eps = params, lr, jitter, betas, eps
+        # None: every element fully trusted (the common case; nothing to compute).
+        self.trust: list[torch.Tensor | None] = [None] * len(params)
         self.restart()
 
     def restart(self) -> None:
         """Forget the moments (not the trust): the next step goes along sign(gradient)."""
-        # Moments in float64 with an eps far below any gradient: a gradient of 1e-14 (Erf
-        # or Exp deep in saturation, in float32) moves its element like any other; with
-        # Adam's usual eps of 1e-8 it would not move it at all.
-        self.m = [torch.zeros_like(p, dtype=torch.float64) for p in self.params]
-        self.v = [torch.zeros_like(p, dtype=torch.float64) for p in self.params]
+        self.m: list[torch.Tensor | None] = [None] * len(self.params)
+        self.v: list[torch.Tensor | None] = [None] * len(self.params)
         self.t = 0
 
     @torch.no_grad()
@@ -141,35 +147,61 @@ class MaskedAdam:
         self.t += 1
         b1, b2 = self.betas
         c1, c2 = 1 - b1**self.t, 1 - b2**self.t
-        for p, m, v, trust, g in zip(self.params, self.m, self.v, self.trust, grads):
+        for k, (p, g) in enumerate(zip(self.params, grads)):
             if g is None:
                 continue
-            g = g.double()
+            top = float(g.abs().max())
+            if top == 0:
+                continue
+            # Adam is scale-free but for eps, and a gradient of 1e-14 (Erf or Exp deep in
+            # saturation, in float32) must move its element as any other: with Adam's
+            # usual eps of 1e-8 it would not move it at all. So each tensor's gradient is
+            # taken relative to its largest element (g * g stays a normal float down to
+            # 1e-19 of it), and eps is far below that.
+            g = (g / top).to(p.dtype)
+            if self.m[k] is None:
+                self.m[k], self.v[k] = torch.zeros_like(p), torch.zeros_like(p)
+            m, v = self.m[k], self.v[k]
             m.mul_(b1).add_(g, alpha=1 - b1)
             v.mul_(b2).addcmul_(g, g, value=1 - b2)
-            scale = p.detach().double().abs().clamp(min=1) * trust
-            # Adam's ratio is at most about 3 in magnitude; the clamp only matters where g * g
-            # underflowed (|g| < 1e-154) and v is 0.
-            ratio = ((m / c1) / ((v / c2).sqrt() + self.eps)).clamp(-4, 4)
-            p.sub_(torch.where(g != 0, self.lr * scale * ratio, 0).to(p.dtype))
+            # Adam's ratio is at most about 3 in magnitude; the clamp bounds it where g * g underflowed.
+            ratio = (m / c1).div_((v / c2).sqrt_().add_(self.eps)).clamp_(-4, 4)
+            update = ratio.mul_(p.detach().abs().clamp(min=1))
+            if self.trust[k] is not None:
+                update.mul_(self.trust[k])
+            if self.jitter is not None:
+                # Each tensor's step drawn from [1 - JITTER, 1 + JITTER] of its length: two
+                # factors of a product that must change sign (x * y <= 0 from x, y > 0) would
+                # otherwise shrink in lockstep and cross 0 together, again and again.
+                r = float(torch.rand((), generator=self.jitter, dtype=torch.float64))
+                update.mul_(1 - JITTER + 2 * JITTER * r)
+            p.sub_(update.mul_(self.lr).masked_fill_(g == 0, 0))
 
     @torch.no_grad()
     def reward(self, moved: list[torch.Tensor | None]) -> None:
         """The elements `moved` took a step that was kept: trust them further."""
         for trust, mv in zip(self.trust, moved):
-            if mv is not None:
+            if trust is not None and mv is not None:
                 trust.copy_(torch.where(mv, (trust * TRUST_GAIN).clamp(max=1), trust))
 
     @torch.no_grad()
     def punish(self, moved: list[torch.Tensor | None]) -> None:
         """The elements `moved` took a step that made things worse: trust them half as far."""
-        for trust, mv in zip(self.trust, moved):
-            if mv is not None:
-                trust.copy_(torch.where(mv, trust / 2, trust))
+        for k, mv in enumerate(moved):
+            if mv is not None and bool(mv.any()):
+                if self.trust[k] is None:
+                    self.trust[k] = torch.ones_like(self.params[k])
+                t = self.trust[k]
+                t.copy_(torch.where(mv, t / 2, t))
 
     def trusted(self, grads: list[torch.Tensor | None]) -> bool:
         """Whether a step along `grads` still moves some element by a useful length."""
-        return any(g is not None and bool((t[g != 0] >= MIN_TRUST).any()) for t, g in zip(self.trust, grads))
+        for t, g in zip(self.trust, grads):
+            if g is None or not bool(g.any()):
+                continue
+            if t is None or bool((t[g != 0] >= MIN_TRUST).any()):
+                return True
+        return False
 
 
 @dataclass
@@ -190,6 +222,8 @@ class _Search:
     def __init__(self, graph: GraphIR, seed: int, init: tuple[float, float], proxy: bool) -> None:
         self.graph = graph
         self.rng = np.random.default_rng(seed)
+        # Its own stream, so the initial values stay the same for every method.
+        self.jitter = torch.Generator().manual_seed((seed * 0x9E3779B1 + 0x7F4A7C15) % 2**63)
         self.init = init
         self.proxy = proxy
         self.restarts = 0
@@ -367,7 +401,7 @@ def search_values(
     target: int | None = None
     pending: _Step | None = None  # the last step, not yet judged
     redraws = 0  # targeted redraws since the last full restart
-    opt = MaskedAdam(s.trainable(), lr)
+    opt = MaskedAdam(s.trainable(), lr, s.jitter)
     steps, best, stall = 0, math.inf, 0
     guards: set[int] = set()  # ops before the target that a step on it broke
     aim = 0  # the target's loss being followed
@@ -453,10 +487,10 @@ def search_values(
             give_up(bad)  # no loss explains the NaN/Inf, or no value upstream can move
             continue
         if target != bad:  # a new target resets Adam, its step control and the guards
-            target, opt, steps, best, stall = bad, MaskedAdam(s.trainable(), lr), 0, math.inf, 0
+            target, opt, steps, best, stall = bad, MaskedAdam(s.trainable(), lr, s.jitter), 0, math.inf, 0
             guards, aim = set(), which
         elif which != aim:  # another of its losses: a new objective, without the last one's momentum
-            opt, aim = MaskedAdam(s.trainable(), lr), which
+            opt, aim = MaskedAdam(s.trainable(), lr, s.jitter), which
         steps += 1
         stall = 0 if value < best * (1 - 1e-3) else stall + 1
         best = min(best, value)

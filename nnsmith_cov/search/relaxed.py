@@ -27,7 +27,8 @@ specs have no proxy of their own also get one here (`FLOAT_PROXIES`): Exp,
 Sigmoid, Tanh, Erf, Elu, Selu and Gelu take slope ALPHA where their derivative
 is not positive (saturated to 0, or Gelu's dip); Softmax entries that
 underflowed to 0 follow ALPHA times the gradient of log-softmax; ReduceMax,
-ReduceMin, Max and Min pass ALPHA to the elements that are not the extreme.
+ReduceMin, Max and Min pass ALPHA to the elements that are not the extreme; a
+ReduceProd that underflowed to 0 follows the sum of its factors' log-magnitudes.
 
 Without proxy derivatives nothing of this runs: integers and booleans then
 get no gradient at all, as in plain autograd.
@@ -94,6 +95,18 @@ def _extreme(name: str):
     return apply
 
 
+def _product(a: Attrs, x: torch.Tensor) -> torch.Tensor:
+    """ReduceProd whose product underflowed to 0 (no factor being 0) has a true gradient
+    of 0 in every factor (prod / x_i); the proxy follows the product's sign times the
+    sum of log|x_i| instead, whose gradient (sign / x_i, scaled by ALPHA) moves each factor
+    as the product's magnitude needs."""
+    out = op_by_name("ReduceProd").forward(a, x)
+    if not x.is_floating_point() or bool(out != 0) or bool((x == 0).any()):
+        return out
+    sign = torch.where(x.detach() < 0, -1.0, 1.0).prod().double()
+    return num.attach(out, num.ALPHA * sign * torch.log(x.double().abs()).sum())
+
+
 def _pairwise(fn):
     """Max/Min of two tensors: the smaller (larger) side gets ALPHA instead of 0."""
 
@@ -112,6 +125,7 @@ FLOAT_PROXIES = {name: _unary(fn) for name, fn in _RISING.items()}
 FLOAT_PROXIES["Softmax"] = lambda a, x: num.softmax(x, a.dim)
 FLOAT_PROXIES |= {name: _extreme(name) for name in ("ReduceMax", "ReduceMin")}
 FLOAT_PROXIES |= {"Max": _pairwise(torch.maximum), "Min": _pairwise(torch.minimum)}
+FLOAT_PROXIES["ReduceProd"] = _product
 
 # Inputs that are positions into another input: they steer the op but carry no gradient.
 INDEX_INPUTS = {"GatherElements": (1,), "IndexSelect": (1,)}
