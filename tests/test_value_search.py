@@ -454,6 +454,13 @@ def test_range_analysis_holds_on_every_valid_execution():
             assert rng.lo - tol <= a.min() and a.max() <= rng.hi + tol, (seed, v, rng)
             assert all((a - c).abs().min() <= tol for c in rng.forced), (seed, v, rng)
             assert a.min() <= rng.below + tol and a.max() >= rng.above - tol, (seed, v, rng)
+            if rng.values is not None:  # every element is one of the values
+                vs = torch.tensor(sorted(rng.values), dtype=torch.float64)
+                assert (a[:, None] - vs[None, :]).abs().min(1).values.max() <= tol, (seed, v, rng)
+            if rng.probe is not None:  # the elements known in every execution are as known
+                p = rng.probe.double().flatten()
+                known = torch.isfinite(p)
+                assert (p[known] - a[known]).abs().max() <= tol, (seed, v)
         checked += 1
     assert checked >= 16
 
@@ -566,6 +573,98 @@ def test_folding_an_op_that_refuses_its_constants_proves_nothing():
         ("Log", {}, (4,), one),
     ]
     assert prove_infeasible(_net([one], body)) is None
+
+
+def test_a_pointwise_op_on_few_values_is_computed_on_each():
+    # Pow(c, c) of a cast comparison is 0^0 or 1^1: 1 everywhere, so ArgMax along a row is 0
+    # and Log of it is -inf whatever x and y hold. Pow(c, d) of two comparisons may be 0.
+    m, b = ((3, 5), F32), ((3, 5), BOOL)
+    i, f = ((3,), DType.int64), ((3,), F32)
+    body = [
+        ("Greater", {}, (0, 1), b),
+        ("CastF32", {}, (2,), m),
+        ("Pow", {}, (3, 3), m),
+        ("ArgMax", {"axis": 1, "keepdim": False}, (4,), i),
+        ("CastF32", {}, (5,), f),
+        ("Log", {}, (6,), f),
+    ]
+    reason = prove_infeasible(_net([m, m], body))
+    assert reason is not None and reason.startswith("Log")
+    _, ranges = analyze(_net([m, m], body[:3]))
+    assert ranges[4].values == frozenset({1.0})
+    body[0:3] = [("Greater", {}, (0, 1), b), ("CastF32", {}, (2,), m), ("Pow", {}, (3, 1), m)]
+    assert prove_infeasible(_net([m, m], body)) is None
+
+
+def test_a_domain_refines_the_values_an_input_is_made_of():
+    # Floor(Atan(x)) is -2, -1, 0 or 1; Log of a Concat holding it needs it positive, so it
+    # is 1, and Asin(1 + 1) has no valid input. Without the Log, Floor(Atan(x)) = 0 is fine.
+    v, w = ((4,), F32), ((8,), F32)
+    body = [
+        ("Atan", {}, (0,), v),
+        ("Floor", {}, (2,), v),
+        ("Concat2", {"axis": 0}, (3, 1), w),
+        ("Log", {}, (4,), w),
+        ("Add", {}, (3, 3), v),
+        ("Asin", {}, (6,), v),
+    ]
+    g = _net([v, v], body)
+    reason = prove_infeasible(g)
+    assert reason is not None and reason.startswith("Asin")
+    assert analyze(_net([v, v], body[:4]))[1][3].values == frozenset({1.0})
+    loose = [body[0], body[1], ("Add", {}, (3, 3), v), ("Asin", {}, (4,), v)]
+    g = _net([v, v], loose)
+    assert prove_infeasible(g) is None
+    assert search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=80).ok
+
+
+@pytest.mark.parametrize("periodic, proven", [("Sin", True), ("Cos", False)])
+def test_the_largest_log_softmax_entry_is_followed_through_a_periodic_op(periodic, proven):
+    # Each slice's largest LogSoftmax entry lies in [-log 2, 0]: Sin of it is <= 0, which Log2
+    # refuses; Cos of it is in [0.77, 1], which Log2 takes.
+    v = ((2, 6), F32)
+    body = [("LogSoftmax", {"dim": 0}, (0,), v), (periodic, {}, (1,), v), ("Log2", {}, (2,), v)]
+    g = _net([v], body)
+    assert (prove_infeasible(g) is not None) == proven
+    if not proven:
+        assert search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=80).ok
+
+
+@pytest.mark.parametrize("left, proven", [(3, True), (1, False)])
+def test_elements_that_are_padding_in_every_execution_are_known(left, proven):
+    # A pad of 2 before a row minimum: with 3 pad rows in front and the minimum over the
+    # first 3 rows, some minimum is all padding, 2, and Acos refuses it; with 1 pad row,
+    # every minimum also sees input elements.
+    x, pad, out = ((4, 5), F32), ((4 + left, 5), F32), ((5,), F32)
+    body = [
+        ("PadConstant", {"k": 2, "l0": 0, "r0": 0, "l1": left, "r1": 0, "value": 2}, (0,), pad),
+        (
+            "Slice",
+            {"start0": 0, "end0": 3, "axes": [0], "start_from": ["front"], "end_from": ["front"], "steps": [1]},
+            (1,),
+            ((3, 5), F32),
+        ),
+        ("ReduceMin", {"axes": [0], "keepdim": False}, (2,), out),
+        ("Acos", {}, (3,), out),
+    ]
+    g = _net([x], body)
+    reason = prove_infeasible(g)
+    assert (reason is not None) == proven
+    if proven:
+        assert "PadConstant(value=2)" in reason
+    else:
+        assert search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=80).ok
+
+
+def test_a_float_cast_to_an_integer_out_of_range_is_invalid():
+    # 3e9 does not fit int32: the cast is undefined (no NaN to see), so the search checks the
+    # cast's domain itself.
+    v = ((6,), F32)
+    g = _net([v], [("CastI32", {}, (0,), ((6,), DType.int32))])
+    start = search_values(g, 0, "none", init=(3e9, 4e9))
+    assert not start.ok and start.failed_op == "CastI32"
+    r = search_values(g, 0, "gradient", budget_ms=60_000, init=(3e9, 4e9), max_iters=80)
+    assert r.ok and (np.abs(r.values[0]) < 2**31).all()
 
 
 @pytest.mark.parametrize("n, proven", [(8, True), (4, False)])

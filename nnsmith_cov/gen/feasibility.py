@@ -14,6 +14,32 @@ product) is computed instead, exactly.
 The analysis is sound but incomplete: it answers "infeasible" only with a proof
 (every transfer function over-approximates), and "unknown" otherwise. Ops it
 does not model get the whole range of their dtype.
+
+What each kind of fact claims, of every valid execution (no op before has a
+NaN/Inf output, and casts from floats to integers stay in range):
+
+- bounds, `integral`: every element lies in [lo, hi] (and is a whole number);
+- `forced`: each of these values is taken by some element;
+- `below` / `above`: some element is <= below, some is >= above. Non-monotone
+  ops (Sin, Cos, Abs, Gelu, HardSwish) carry them through the image of the
+  interval the element lies in: LogSoftmax's largest entry of each slice is in
+  [-log n, 0] (less rounding), so Sin of it is <= 0;
+- `values`: every element is one of these (a few values: booleans, Floor or
+  Sign of a bounded value, ArgMax over few entries). Pointwise ops on inputs
+  with known sets are run on every combination, with the op's own forward, so
+  the result is exact (Pow(c, c) of a cast comparison is 1 everywhere);
+  combinations giving NaN/Inf are no valid execution and drop out;
+- `probe`: the value with every element that is the same in every execution
+  (padding, a zeroed triangle, what ops that propagate NaN make of them) and
+  NaN elsewhere, computed by running the ops on it; its known elements' values
+  are certainly taken (a row minimum over padding of 2 alone is 2).
+
+A vulnerable op's domain also refines its inputs for the ops that read them
+later: every valid execution has them in the domain, and so the values they
+are made of by ops that keep every element exactly (Reshape and its kin,
+Concat's parts, non-cropping pads, Neg, exact casts, Relu for a positive
+domain). A refinement that leaves no value, or contradicts a value certainly
+taken, is a proof too.
 """
 
 from __future__ import annotations
@@ -46,6 +72,10 @@ class Range:
     above: float = -INF
     integral: bool = False
     src: str = ""
+    values: frozenset[float] | None = None  # every element is one of these (None: not known)
+    # The value, in its dtype, with each element that is the same in every execution (a
+    # padding, a zeroed triangle) and NaN for the others; None when no element is known.
+    probe: torch.Tensor | None = field(default=None, compare=False, repr=False)
 
     def certainly_le(self, bound: float) -> bool:
         """Some element is certainly <= bound."""
@@ -57,7 +87,7 @@ class Range:
 
 def _dtype_range(dt: DType) -> Range:
     if dt is DType.bool:
-        return Range(0.0, 1.0, integral=True)
+        return Range(0.0, 1.0, integral=True, values=frozenset({0.0, 1.0}))
     if dt.is_float:
         return Range()
     info = torch.iinfo(dt.torch)
@@ -66,6 +96,15 @@ def _dtype_range(dt: DType) -> Range:
 
 def _hull(rs: list[Range]) -> Range:
     return Range(min(r.lo for r in rs), max(r.hi for r in rs), integral=all(r.integral for r in rs))
+
+
+def _union(rs: list[Range]) -> frozenset[float] | None:
+    """The values elements of any of rs may take, when each one's set is known and few."""
+    sets = [_value_set(r) for r in rs]
+    if any(vs is None for vs in sets):
+        return None
+    out = frozenset().union(*sets)
+    return out if len(out) <= MAX_VALUES else None
 
 
 # -- elementwise maps ---------------------------------------------------------------------
@@ -127,6 +166,13 @@ def _unary(name: str, r: Range, a) -> Range:
         lo, hi = max(lo, dom[0]), min(hi, dom[1])
         if name in ("Log", "Log2") and r.integral:
             lo = max(lo, 1.0)  # a whole number above 0
+    # "Some element is <= below" stays true with below cut to [lo, hi] (every element is in
+    # it); so for above. Outside the domain fn would give NaN.
+    r = replace(
+        r,
+        below=min(max(r.below, lo), INF if r.below == INF else hi),
+        above=max(min(r.above, hi), -INF if r.above == -INF else lo),
+    )
     forced = frozenset(_f(fn, c) for c in r.forced)
     integral = name in _INTEGRAL_RESULT or (r.integral and name in {"Relu", "Neg", "Abs", "Sign", "Clip"})
     if integral and name == "Clip":
@@ -138,19 +184,42 @@ def _unary(name: str, r: Range, a) -> Range:
         below = INF if r.above == -INF else _f(fn, r.above)
         above = -INF if r.below == INF else _f(fn, r.below)
         out = Range(_f(fn, hi), _f(fn, lo), forced, below, above, integral, r.src)
-    elif name == "Abs":
-        top = max(abs(lo), abs(hi))
-        bottom = lo if lo >= 0 else (-hi if hi <= 0 else 0.0)
-        out = Range(bottom, top, forced, integral=integral, src=r.src)
-    elif name in ("Sin", "Cos"):
-        out = Range(-1.0, 1.0, forced, src=r.src)
-    else:  # Gelu, HardSwish: increasing but for one dip
-        ends = [_f(fn, lo), _f(fn, hi)]
-        dips = [v for where, v in _DIPS[name] if lo <= where <= hi]
-        out = Range(min(ends + dips), max(ends), forced, src=r.src)
+    else:  # Abs, Sin, Cos, Gelu, HardSwish: not monotone, so each fact goes through the image
+        bottom, top = _image(name, fn, lo, hi)
+        # An element certainly in [lo, below] (or [above, hi]) is certainly in that
+        # interval's image: some output element is at most its top, at least its bottom.
+        below, above = INF, -INF
+        for w_lo, w_hi in ((lo, r.below), (r.above, hi)):
+            if w_lo <= w_hi and (w_hi < INF or w_lo > -INF):
+                w_bottom, w_top = _image(name, fn, w_lo, w_hi)
+                below, above = min(below, w_top), max(above, w_bottom)
+        out = Range(bottom, top, forced, below, above, integral, r.src)
     if name == "Clip" and a.hi <= 0:
         out = replace(out, src=f"Clip(hi={a.hi})")
     return out
+
+
+def _image(name: str, fn, lo: float, hi: float) -> tuple[float, float]:
+    """The least and greatest values of a non-monotone unary op over [lo, hi]."""
+    if name == "Abs":
+        top = max(abs(lo), abs(hi))
+        return (lo if lo >= 0 else (-hi if hi <= 0 else 0.0)), top
+    if name in ("Sin", "Cos"):
+        if not (math.isfinite(lo) and math.isfinite(hi)) or hi - lo >= 2 * math.pi:
+            return -1.0, 1.0
+        # The extremes are at the ends or where the function is +-1: Sin at pi/2 + k pi,
+        # Cos at k pi.
+        shift = math.pi / 2 if name == "Sin" else 0.0
+        ys = [_f(fn, lo), _f(fn, hi)]
+        k = math.ceil((lo - shift) / math.pi)
+        while shift + k * math.pi <= hi:
+            ys.append(1.0 if k % 2 == 0 else -1.0)
+            k += 1
+        return max(-1.0, min(ys)), min(1.0, max(ys))
+    # Gelu, HardSwish: increasing but for one dip
+    ends = [_f(fn, lo), _f(fn, hi)]
+    dips = [v for where, v in _DIPS[name] if lo <= where <= hi]
+    return min(ends + dips), max(ends)
 
 
 def _cast(target: DType, r: Range) -> Range:
@@ -160,6 +229,10 @@ def _cast(target: DType, r: Range) -> Range:
     if target.is_float:
         return r
     base = _dtype_range(target)
+    if r.hi >= base.hi + 1 or r.lo <= base.lo - 1:
+        # A value beyond the target's range (2**63 passes a float |x| <= 2**63 - 1) wraps
+        # to anything: no bound but the dtype's.
+        return Range(base.lo, base.hi, integral=True, src=r.src)
     trunc = lambda v: float(math.trunc(v)) if math.isfinite(v) else v  # noqa: E731
     lo, hi = max(trunc(r.lo), base.lo), min(trunc(r.hi), base.hi)
     forced = frozenset(trunc(c) for c in r.forced if base.lo <= c <= base.hi)
@@ -224,6 +297,193 @@ def _constant(value: float, src: str) -> Range:
 
 
 MAX_FORCED = 8  # distinct values a folded result records as taken
+MAX_VALUES = 16  # a value set larger than this is not tracked
+MAX_PAIRS = 256  # input combinations a pointwise op on value sets is evaluated on
+
+
+class _Infeasible(Exception):
+    """Raised by a transfer or a refinement that finds no value a valid execution may take."""
+
+
+def _value_set(r: Range) -> frozenset[float] | None:
+    """Every value an element of r may take, when few: r's own set, or the whole numbers
+    between bounds at most MAX_VALUES apart, or the one value of a point."""
+    if r.values is not None:
+        return r.values
+    if _point(r):
+        return frozenset({r.lo})
+    if r.integral and math.isfinite(r.lo) and math.isfinite(r.hi) and r.hi - r.lo < MAX_VALUES:
+        return frozenset(float(v) for v in range(math.ceil(r.lo), math.floor(r.hi) + 1))
+    return None
+
+
+def _of_values(values, src: str, forced: frozenset[float] = frozenset()) -> Range:
+    """The range of a tensor whose elements are each one of `values` (finite, not empty)."""
+    vs = frozenset(values)
+    if not vs:
+        raise _Infeasible(f"{src}: no value is left")
+    lo, hi = min(vs), max(vs)
+    integral = all(float(v).is_integer() for v in vs)
+    return Range(lo, hi, forced & vs, integral=integral, src=src, values=vs if len(vs) <= MAX_VALUES else None)
+
+
+# Pointwise ops: each output element is the op of the input elements at its position (after
+# broadcasting). On inputs whose value sets are known, the output's set is computed exactly,
+# with the op's own forward, on every combination.
+_POINTWISE_UNARY = set(_UNARY) | {
+    "Clip", "Not", "IsNaN", "IsInf", "Softplus", "Celu", "ThresholdedRelu", "Shrink", "Mish", "Asinh", "BitwiseNot",
+}  # fmt: skip
+_POINTWISE_NARY = {
+    "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Equal", "Greater", "Less", "GreaterEqual", "LessEqual",
+    "And", "Or", "Xor", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "Where",
+}  # fmt: skip
+
+
+def _pointwise_values(inst: Inst, a, ins: list[Range]) -> list[Range] | None:
+    """The output range of a pointwise op whose inputs' value sets are all known, by
+    running it on every combination of input values (the same value twice where one
+    input is used twice). Combinations whose result is NaN/Inf are not valid executions
+    and drop out; None when the sets are unknown or too many, or the op refuses them."""
+    if not (inst.op in _POINTWISE_UNARY or inst.op.startswith("Cast") or inst.op in _POINTWISE_NARY):
+        return None
+    sets = [_value_set(r) for r in ins]
+    if any(vs is None for vs in sets):
+        return None
+    distinct = list(dict.fromkeys(inst.inputs))
+    per_value = {v: sorted(sets[inst.inputs.index(v)]) for v in distinct}
+    if math.prod(len(per_value[v]) for v in distinct) > MAX_PAIRS:
+        return None
+    # One axis per distinct input value: broadcasting then gives every combination.
+    k = len(distinct)
+    columns = {}
+    for j, v in enumerate(distinct):
+        shape = [1] * k
+        shape[j] = len(per_value[v])
+        t = a["in_types"][inst.inputs.index(v)]
+        columns[v] = torch.tensor(per_value[v], dtype=torch.float64).to(t.dtype.torch).reshape(shape)
+    try:
+        with torch.no_grad():
+            out = op_by_name(inst.op).forward(a, *(columns[v] for v in inst.inputs))
+    except (RuntimeError, IndexError, ValueError, TypeError):
+        return None
+    if isinstance(out, tuple | list) or out.dim() != k:
+        return None
+    res = out.detach().double().reshape(-1)
+    res = res[torch.isfinite(res)]
+    src = next((r.src for r in ins if r.src), "") or inst.op
+    if res.numel() == 0:
+        raise _Infeasible(f"{inst.op} <- {src}: NaN/Inf on every value its inputs may take")
+    found = frozenset(float(c) for c in torch.unique(res))
+    if len(found) > MAX_VALUES:
+        return [Range(min(found), max(found), integral=all(c.is_integer() for c in found), src=src)]
+    return [_of_values(found, src)]
+
+
+# -- refining a value by what a valid execution needs of it -------------------------------------
+
+# A domain: (lo, hi, lo_open, hi_open, nonzero): every element lies in the interval and, with
+# nonzero, is not 0.
+Domain = tuple[float, float, bool, bool, bool]
+_DOMAINS: dict[str, list[Domain | None]] = {
+    "Log": [(0.0, INF, True, False, False)],
+    "Log2": [(0.0, INF, True, False, False)],
+    "Sqrt": [(0.0, INF, False, False, False)],
+    "Asin": [(-1.0, 1.0, False, False, False)],
+    "Acos": [(-1.0, 1.0, False, False, False)],
+    "Reciprocal": [(-INF, INF, False, False, True)],
+    "Div": [None, (-INF, INF, False, False, True)],
+}
+
+
+def _inside(c: float, d: Domain) -> bool:
+    lo, hi, lo_open, hi_open, nonzero = d
+    return (c > lo if lo_open else c >= lo) and (c < hi if hi_open else c <= hi) and not (nonzero and c == 0)
+
+
+def _narrow(r: Range, d: Domain, why: str) -> Range:
+    """r as far as elements that all lie in domain d allow; _Infeasible when that is nothing
+    (a value r certainly takes, or certainly reaches, lies outside)."""
+    lo, hi, lo_open, hi_open, nonzero = d
+    new_lo, new_hi = max(r.lo, lo), min(r.hi, hi)
+    if r.integral:  # whole numbers: an open bound or an excluded 0 moves to the next one
+        new_lo = math.ceil(new_lo) if math.isfinite(new_lo) else new_lo
+        new_hi = math.floor(new_hi) if math.isfinite(new_hi) else new_hi
+        if lo_open and new_lo == lo:
+            new_lo += 1
+        if hi_open and new_hi == hi:
+            new_hi -= 1
+        if nonzero and new_lo == 0:
+            new_lo = 1
+        if nonzero and new_hi == 0:
+            new_hi = -1
+    values = None if r.values is None else frozenset(c for c in r.values if _inside(c, d))
+    bad = (
+        new_lo > new_hi
+        or (lo_open and new_hi <= lo)
+        or (hi_open and new_lo >= hi)
+        or values == frozenset()
+        or any(not _inside(c, d) for c in r.forced)
+        or r.below < new_lo
+        or r.above > new_hi
+    )
+    if bad:
+        raise _Infeasible(why)
+    if values is not None:
+        new_lo, new_hi = max(new_lo, min(values)), min(new_hi, max(values))
+    out = replace(r, lo=float(new_lo), hi=float(new_hi), values=values)
+    return replace(out, values=_value_set(out))
+
+
+def _negated(d: Domain) -> Domain:
+    lo, hi, lo_open, hi_open, nonzero = d
+    return (-hi, -lo, hi_open, lo_open, nonzero)
+
+
+# Ops whose every input element appears, unchanged, in the output: a domain every output
+# element lies in holds for the input too.
+_SHOWS_ALL = _KEEP_ALL | {"Identity"}
+MAX_PULL = 8  # producers a refinement walks back through
+
+
+def _pull(
+    env: dict[int, Range], producers: dict[int, Inst], graph: GraphIR, v: int, d: Domain, why: str, depth: int = 0
+) -> None:
+    """Refine value v (and, through ops that keep values exact, what it is made of) to
+    domain d, which every valid execution's v lies in."""
+    env[v] = _narrow(env[v], d, why)
+    inst = producers.get(v)
+    if inst is None or depth >= MAX_PULL:
+        return
+    name, ins = inst.op, inst.inputs
+    if name in _SHOWS_ALL or name.startswith("Concat"):
+        targets = ins if name.startswith("Concat") else ins[:1]
+    elif name in ("PadConstant", "PadReflect", "PadReplicate") and all(p >= 0 for p in _pads(graph.attrs(inst))):
+        targets = ins[:1]
+    elif name == "Neg":
+        _pull(env, producers, graph, ins[0], _negated(d), why, depth + 1)
+        return
+    elif name == "Relu" and (d[0] > 0 or d[0] == 0 and d[2]):  # positive elements are the input's own
+        targets = ins[:1]
+    elif name.startswith("Cast") and _exact_cast(graph.types[ins[0]].dtype, graph.types[v].dtype, env[ins[0]]):
+        targets = ins[:1]
+    else:
+        return
+    for u in targets:
+        _pull(env, producers, graph, u, d, why, depth + 1)
+
+
+def _exact_cast(src: DType, dst: DType, r: Range) -> bool:
+    """Whether casting every value r allows from src to dst keeps it exactly."""
+    if src is DType.bool:
+        return True
+    if src.is_float:
+        return dst.is_float and torch.finfo(dst.torch).bits >= torch.finfo(src.torch).bits
+    if dst.is_float:  # integers up to 2048 in magnitude are exact in every float (float16: 11 bits)
+        return max(abs(r.lo), abs(r.hi)) <= 2048
+    if dst is DType.bool:
+        return False
+    info = torch.iinfo(dst.torch)
+    return info.min <= r.lo and r.hi <= info.max
 
 
 def _fold(inst: Inst, a, ins: list[Range]) -> list[Range] | str | None:
@@ -247,11 +507,94 @@ def _fold(inst: Inst, a, ins: list[Range]) -> list[Range] | str | None:
         if not v.numel():
             ranges.append(Range(src=src))
             continue
+        lo, hi = (float(c) for c in torch.aminmax(v))
+        if lo == hi:  # one value everywhere (the common case): no sort needed
+            ranges.append(_constant(lo, src))
+            continue
         values = torch.unique(v)
         forced = frozenset(float(c) for c in values[:MAX_FORCED])
         integral = bool((v == torch.round(v)).all())
-        ranges.append(Range(float(values[0]), float(values[-1]), forced, integral=integral, src=src))
+        exact = frozenset(float(c) for c in values) if len(values) <= MAX_VALUES else None
+        ranges.append(Range(lo, hi, forced, integral=integral, src=src, values=exact))
     return ranges
+
+
+def _rounding(dt: DType, n: int) -> float:
+    """A relative error bound for an n-term float sum in dt (and a few more roundings)."""
+    return (n + 8) * float(torch.finfo(dt.torch).eps) if dt.is_float else 0.0
+
+
+# Ops that compute a NaN wherever any input element an output element depends on is NaN
+# (Sign is not one: sign(NaN) = 0; nor are Pow, x^0 = 1, comparisons, Where, casts to
+# integers). Run on a probe, they tell which output elements are the same in every execution.
+_PROBE_OPS = (
+    (set(_UNARY) - {"Sign"})
+    | _KEEP_ALL
+    | {
+        "Clip", "Slice", "Split2", "Split3", "Concat2", "Concat3", "Concat4", "PadConstant", "PadReflect",
+        "PadReplicate", "Tril", "Triu", "ReduceMin", "ReduceMax", "ReduceSum", "ReduceMean", "CumSum", "Add", "Sub",
+        "Mul", "Div", "Max", "Min", "MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d", "AdaptiveMaxPool2d",
+        "AdaptiveAvgPool2d", "Interpolate",
+    }
+)  # fmt: skip
+_ARITHMETIC = (set(_UNARY) - {"Relu", "Floor", "Ceil", "Round", "Neg", "Abs"}) | {
+    "Clip", "ReduceSum", "ReduceMean", "CumSum", "Add", "Sub", "Mul", "Div", "AvgPool1d", "AvgPool2d",
+    "AdaptiveAvgPool2d", "Interpolate",
+}  # fmt: skip
+# Ops whose output holds elements independent of the input: a probe starts there.
+_PROBE_SOURCES = {"PadConstant", "Tril", "Triu"}
+
+
+def _probe(inst: Inst, a, ins: list[Range], outs: list[Range]) -> list[Range]:
+    """`outs` with the elements that are the same in every execution: computed by running
+    the op (in its own dtypes) on its inputs' probes, with NaN for every element not known;
+    a known element of the output is one no NaN reached. Such elements' values are
+    certainly taken; if every element is known, they are all the values there are."""
+    outs = [replace(r, probe=None) if r.probe is not None else r for r in outs]  # only the op's own
+    if inst.op not in _PROBE_OPS or inst.op == "Interpolate" and a.mode == "bicubic":
+        return outs
+    if not (inst.op in _PROBE_SOURCES or any(r.probe is not None for r in ins)):
+        return outs
+    types = a["in_types"]
+    if not all(t.dtype.is_float for t in types):
+        return outs
+    # Ops that only move or select elements are exact in any float dtype: float16's slow
+    # CPU kernels (Tril takes milliseconds) are avoided by running them in float32.
+    moves = inst.op not in _ARITHMETIC
+    xs = []
+    for t, r in zip(types, ins):
+        dt = torch.float32 if moves and t.dtype is DType.float16 else t.dtype.torch
+        if r.probe is not None:
+            xs.append(r.probe.to(dt))
+        else:
+            xs.append(torch.full(t.shape, r.lo if _point(r) else math.nan, dtype=dt))
+    try:
+        with torch.no_grad():
+            res = op_by_name(inst.op).forward(a, *xs)
+    except (RuntimeError, IndexError, ValueError, TypeError):
+        return outs
+    res = list(res) if isinstance(res, tuple | list) else [res]
+    probed = []
+    src = next((x.src for x in ins if x.src), "") or inst.op
+    for r, p in zip(outs, res):
+        if not p.is_floating_point():
+            probed.append(r)
+            continue
+        whole_lo, whole_hi = (float(c) for c in torch.aminmax(p))  # NaN if any element is not known
+        if math.isfinite(whole_lo) and math.isfinite(whole_hi):  # every element known: the values there are
+            taken = torch.unique(p.double())
+            probed.append(_of_values([float(c) for c in taken], r.src or src) if len(taken) <= MAX_VALUES else r)
+            continue
+        # NaN is neither <= nor >= anything: the known elements' extremes, in two passes.
+        lo = float(p.nan_to_num(nan=math.inf).min())
+        hi = float(p.nan_to_num(nan=-math.inf).max())
+        if math.isinf(lo) and lo < 0 or math.isinf(hi) and hi > 0:
+            raise _Infeasible(f"{inst.op} <- {src}: Inf in every execution")
+        if math.isinf(lo):  # none known
+            probed.append(r)
+            continue
+        probed.append(replace(r, forced=r.forced | {lo, hi}, probe=p, src=r.src or src))
+    return probed
 
 
 def _summands(name: str, a) -> int:
@@ -283,6 +626,9 @@ def _transfer(inst: Inst, a, ins: list[Range], out_types) -> list[Range]:
     name, spec = inst.op, op_by_name(inst.op)
     tops = [_dtype_range(t.dtype) for t in out_types]
     x = ins[0] if ins else Range()
+    exact = _pointwise_values(inst, a, ins)
+    if exact is not None:
+        return exact
     # A zero factor wins over any (finite) other operand.
     if name in ("Mul", "MatMul") and any(_zero(r) for r in ins) or name in ("Div", "PReLU") and _zero(x):
         src = next(r.src for r in ins if _zero(r))
@@ -298,7 +644,7 @@ def _transfer(inst: Inst, a, ins: list[Range], out_types) -> list[Range]:
     if name == "Interpolate" and a.mode != "nearest":  # weighted means of neighbours
         return [Range(x.lo, x.hi, src=x.src)]
     if name in _SUBSET:
-        kept = Range(x.lo, x.hi, integral=x.integral, src=x.src)
+        kept = Range(x.lo, x.hi, integral=x.integral, src=x.src, values=x.values)
         if name == "TopK":
             return [kept, tops[1]]
         return [kept for _ in out_types]
@@ -311,12 +657,13 @@ def _transfer(inst: Inst, a, ins: list[Range], out_types) -> list[Range]:
                 below=min(r.below for r in ins),
                 above=max(r.above for r in ins),
                 src=next((r.src for r in ins if r.src), ""),
+                values=_union(ins),
             )
         ]
     if name in ("PadConstant", "PadReflect", "PadReplicate"):
         pads = _pads(a)
         keeps = all(p >= 0 for p in pads)
-        out = x if keeps else Range(x.lo, x.hi, integral=x.integral, src=x.src)
+        out = x if keeps else Range(x.lo, x.hi, integral=x.integral, src=x.src, values=x.values)
         if name == "PadConstant" and any(p > 0 for p in pads):
             c = float(torch.tensor(a.value, dtype=out_types[0].dtype.torch).double())  # as the dtype holds it
             out = Range(
@@ -327,22 +674,26 @@ def _transfer(inst: Inst, a, ins: list[Range], out_types) -> list[Range]:
                 out.above,
                 out.integral and c.is_integer(),
                 f"PadConstant(value={a.value})",
+                _union([out, _constant(c, "")]),
             )
         return [out]
     if name in ("Tril", "Triu"):
         shape = tuple(a["in_types"][0].shape)
         if not _triangle_zeros(name, a, shape):
             return [x]
-        return [Range(min(x.lo, 0.0), max(x.hi, 0.0), frozenset({0.0}), integral=x.integral, src=name)]
+        zeros = _union([x, _constant(0.0, "")])
+        return [Range(min(x.lo, 0.0), max(x.hi, 0.0), frozenset({0.0}), integral=x.integral, src=name, values=zeros)]
     if name in ("Softmax", "LogSoftmax"):
         n = a["in_types"][0].shape[a.dim]
         if n == 1:
             c = 1.0 if name == "Softmax" else 0.0
             return [_constant(c, f"{name} over a size-1 dim")]
-        if name == "Softmax":  # some entry of each slice is at most 1/n
-            return [Range(0.0, 1.0, below=1.0 / n, src="Softmax")]
-        # Some entry of each slice is at most log(1/n).
-        return [Range(-INF, 0.0, below=-math.log(n), src="LogSoftmax")]
+        # The entries of each slice average 1/n: some entry is at most 1/n, some at least
+        # 1/n (less the rounding of an n-term sum), and so for their logs.
+        slack = _rounding(out_types[0].dtype, n)
+        if name == "Softmax":
+            return [Range(0.0, 1.0, below=1.0 / n, above=(1.0 / n) * (1 - slack), src="Softmax")]
+        return [Range(-INF, 0.0, below=-math.log(n), above=-math.log(n) - 2 * slack, src="LogSoftmax")]
     if len(inst.inputs) == 2 and inst.inputs[0] == inst.inputs[1]:  # an op on one value twice
         same = {"Sub": 0.0, "Xor": 0.0, "Greater": 0.0, "Less": 0.0, "Equal": 1.0}
         if name in same:
@@ -368,9 +719,11 @@ def _transfer(inst: Inst, a, ins: list[Range], out_types) -> list[Range]:
             forced, src = frozenset({0.0}), (p.src if 0.0 in p.forced else q.src)
         return [Range(lo, hi, forced, integral=integral, src=src)]
     if name == "Where":
-        return [_hull(ins[1:])]
-    if name in ("ReduceMax", "ReduceMin"):
-        return [Range(x.lo, x.hi, integral=x.integral, src=x.src)]
+        return [replace(_hull(ins[1:]), values=_union(ins[1:]))]
+    if name in ("ReduceMax", "ReduceMin", "MaxPool1d", "MaxPool2d", "AdaptiveMaxPool2d"):
+        # Each output is one of its window's elements (a window wholly in the padding
+        # would give -inf: not a valid execution).
+        return [Range(x.lo, x.hi, integral=x.integral, src=x.src, values=x.values)]
     if name in ("CumSum", "ReduceSum") and out_types[0].dtype.is_float:
         out = _sum(x, _summands(name, a), out_types[0].dtype)
         if name == "ReduceSum":  # every output is a whole sum
@@ -415,6 +768,7 @@ def _violation(name: str, a, ins: list[Range], producer: Callable[[int], str]) -
 def analyze(graph: GraphIR) -> tuple[str | None, dict[int, Range]]:
     """Ranges of the values up to the first op proven invalid, and why it is (or None)."""
     env: dict[int, Range] = {v: _dtype_range(graph.types[v].dtype) for v in (*graph.inputs, *graph.weights)}
+    producers = {v: inst for inst in graph.insts for v in inst.outputs}
     for inst in graph.insts:
         a = graph.attrs(inst)
         ins = [env[v] for v in inst.inputs]
@@ -425,13 +779,25 @@ def analyze(graph: GraphIR) -> tuple[str | None, dict[int, Range]]:
             if folded is not None:
                 env.update(zip(inst.outputs, folded))
                 continue
-        if op_by_name(inst.op).vulnerable:
-            reason = _violation(inst.op, a, ins, lambda i, vs=inst.inputs: _producers(graph, vs[i]))
-            if reason is not None:
-                return reason, env
-        if inst.op in ("MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d") and _all_padding_window(inst.op, a):
-            return f"{inst.op}: a window lies wholly in the padding", env
-        outs = _transfer(inst, a, ins, [graph.types[v] for v in inst.outputs])
+        try:
+            if op_by_name(inst.op).vulnerable:
+                reason = _violation(inst.op, a, ins, lambda i, vs=inst.inputs: _producers(graph, vs[i]))
+                if reason is not None:
+                    return reason, env
+                # Every valid execution has this op's inputs in its domain: so do the values
+                # they are made of exactly (a Concat's parts, a Reshape's input, ...), which
+                # later ops may read.
+                for i, d in enumerate(_DOMAINS.get(inst.op, [])):
+                    if d is not None:
+                        src = ins[i].src or _producers(graph, inst.inputs[i])
+                        why = f"{inst.op} <- {src}: no value its input may take lies in its domain"
+                        _pull(env, producers, graph, inst.inputs[i], d, why)
+                ins = [env[v] for v in inst.inputs]
+            if inst.op in ("MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d") and _all_padding_window(inst.op, a):
+                return f"{inst.op}: a window lies wholly in the padding", env
+            outs = _probe(inst, a, ins, _transfer(inst, a, ins, [graph.types[v] for v in inst.outputs]))
+        except _Infeasible as e:
+            return str(e), env
         env.update(zip(inst.outputs, outs))
     return None, env
 

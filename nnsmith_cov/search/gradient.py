@@ -233,6 +233,15 @@ class _Search:
         self.masters: dict[int, torch.Tensor] = {}
         for v, a in start.items():
             self.masters[v] = self._master(v, a)
+        # Vulnerable ops from floats to integers or booleans: out of their domain, their
+        # output is still finite, so `first_invalid` checks their domain itself.
+        self.silent = frozenset(
+            k
+            for k, inst in enumerate(graph.insts)
+            if self.runner.spec(k).vulnerable
+            and any(graph.types[v].dtype.is_float for v in inst.inputs)
+            and not any(graph.types[v].dtype.is_float for v in inst.outputs)
+        )
         # Leaves each instruction depends on (its cone), for targeted resampling.
         cone: dict[int, frozenset[int]] = {v: frozenset([v]) for v in self.leaves}
         self.cones: list[frozenset[int]] = []
@@ -334,12 +343,21 @@ class _Search:
                     m.clamp_(max(info.min, -(2.0**52)), min(info.max, 2.0**52))
 
     def first_invalid(self) -> tuple[int | None, dict[int, torch.Tensor], Shadows]:
-        """Run in topological order; stop at the first op with a NaN/Inf output."""
+        """Run in topological order; stop at the first op with a NaN/Inf output, or with an
+        input outside its domain where the output cannot show it (a float cast to an
+        integer out of range is undefined, not NaN)."""
         env, shadows = self.env()
         for k in range(len(self.graph.insts)):
             if not all(_finite(o) for o in self.runner.run_inst(k, env, shadows)):
                 return k, env, shadows
+            if k in self.silent and self._outside(k, env):
+                return k, env, shadows
         return None, env, shadows
+
+    def _outside(self, k: int, env: dict[int, torch.Tensor]) -> bool:
+        with torch.no_grad():
+            ins = [env[v].detach() for v in self.graph.insts[k].inputs]
+            return any(bool(x > 0) for x in self.runner.spec(k).domain(self.runner.attrs(k), *ins))
 
 
 def search_values(
