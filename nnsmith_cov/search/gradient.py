@@ -44,6 +44,7 @@ METHODS = ("gradient", "sampling", "none")
 DEFAULT_INIT = (-1.0, 1.0)  # where the gradient search starts
 SAMPLING_INIT = (1.0, 9.0)  # the paper's sampling baseline
 GUARD_MARGIN = 0.1  # how far inside its domain a guard op is kept
+TARGET_MARGIN = 0.02  # how far inside its domain the target's loss aims
 MAX_REDRAWS = 4  # targeted redraws of integer/bool leaves before a full restart
 JITTER = 0.5  # relative spread of the step lengths of one step's elements
 TRUST_GAIN = 1.5  # trust regained by an element whose step was kept
@@ -458,6 +459,11 @@ def search_values(
             losses = s.runner.spec(bad).domain(s.runner.attrs(bad), *ins)
         which = next((i for i, x in enumerate(losses) if bool(x > 0)), len(losses))
         loss = losses[which] if which < len(losses) else None
+        if loss is not None and TARGET_MARGIN:
+            # Aim a margin inside the domain: elements that land just inside the boundary
+            # are pushed back out by the next objective's first step.
+            with num.zero_side(side), num.margin(TARGET_MARGIN):
+                loss = s.runner.spec(bad).domain(s.runner.attrs(bad), *ins)[which]
         if loss is None:  # nothing in the op's domain explains it: an overflow
             over, cap = overflow_guard(ins, cap if bad == target else None)
             loss = sum(over) if over and bool(sum(over) > 0) else None
