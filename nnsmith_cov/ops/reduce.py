@@ -30,6 +30,7 @@ class ReduceMean(Reduce):
 
 class ReduceMax(Reduce):
     sigs = same(ALL)
+    min_opset_for = {DType.int8: 12, DType.uint8: 12, DType.bool: 20}
 
     @staticmethod
     def reduce(x, dims, keepdim):
@@ -38,6 +39,7 @@ class ReduceMax(Reduce):
 
 class ReduceMin(Reduce):
     sigs = same(ALL)
+    min_opset_for = ReduceMax.min_opset_for
 
     @staticmethod
     def reduce(x, dims, keepdim):

@@ -510,6 +510,7 @@ class Pad(OpSpec):
 class PadConstant(Pad):
     sigs = same(ALL)
     in_ranks = (NONSCALAR,)
+    min_opset_for = {DType.bool: 13}
     mode, onnx_mode = "constant", "constant"
 
     def setup(self, draw: ChoiceSource, ins: list[Slot]) -> None:
@@ -583,6 +584,7 @@ class Tril(Elementwise):
     sigs = same(ALL)
     in_ranks = (MATRIX,)
     attrs = {"diagonal": AttrKind.SIGNED}
+    min_opset = 14  # ONNX Trilu
 
     @staticmethod
     def forward(a: Attrs, x: torch.Tensor) -> torch.Tensor:
@@ -602,6 +604,7 @@ class CumSum(Elementwise):
     # ONNX CumSum takes no 8-bit ints or bool; dtype=x.dtype stops torch widening int32.
     sigs = same(FLOATS + (DType.int32, DType.int64))
     in_ranks = (NONSCALAR,)
+    min_opset_for = {DType.float16: 14}
 
     def setup(self, draw: ChoiceSource, ins: list[Slot]) -> None:
         n = ins[0][1]
