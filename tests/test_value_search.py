@@ -21,6 +21,7 @@ from nnsmith_cov.gen.generator import GenConfig, generate
 from nnsmith_cov.gen.graph_ir import GraphIR, Inst
 from nnsmith_cov.materialize.torch_module import GraphModule, input_tensors
 from nnsmith_cov.ops import ALL_OPS, op_by_name
+from nnsmith_cov.search import gradient
 from nnsmith_cov.search.gradient import MaskedAdam, search_values
 from nnsmith_cov.search.relaxed import Runner
 
@@ -372,6 +373,28 @@ def test_reduce_prod_domain_bounds_every_partial_product(x):
         assert torch.isfinite(torch.prod(t, dtype=torch.float16))
 
 
+def test_every_other_restart_of_the_gradient_method_draws_both_signs():
+    # Log(-|x|) has no valid values: the search restarts again and again. The gradient
+    # method's odd restarts draw from RESTART_INIT; sampling redraws from its own range only.
+    v = ((16,), F32)
+    g = _net([v], [("Abs", {}, (0,), v), ("Neg", {}, (1,), v), ("Log", {}, (2,), v)])
+    seen = []
+    draw = gradient._Search._draw
+
+    def spy(self, leaf, narrow):
+        out = draw(self, leaf, narrow)
+        seen.append((self.restarts, bool((out < 0).any())))
+        return out
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(gradient._Search, "_draw", spy)
+        search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=200)
+        assert any(neg for k, neg in seen if k % 2 == 1) and not any(neg for k, neg in seen if k % 2 == 0)
+        seen.clear()
+        search_values(g, 0, "sampling", budget_ms=60_000, max_iters=20)
+        assert seen and not any(neg for _, neg in seen)
+
+
 def test_integer_to_float16_cast_has_an_overflow_loss():
     cast = op_by_name("CastF16")
     assert float(cast.domain(Attrs(), torch.tensor([70000], dtype=torch.int32))[0]) > 0
@@ -557,6 +580,8 @@ def test_a_restart_leaves_zero_the_other_way(monkeypatch):
     assert r.ok and r.restarts >= 1 and (r.values[0].min(axis=1) < 0).all()
     real = num.zero_side
     monkeypatch.setattr(num, "zero_side", lambda side: real(1.0))
+    # (A restart drawing values of both signs would find a negative x without the flip.)
+    monkeypatch.setattr(gradient, "RESTART_INIT", INIT)
     stuck = search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=300)
     assert not stuck.ok and stuck.restarts >= 2
 

@@ -43,6 +43,7 @@ from nnsmith_cov.search.sampling import sample_tensor
 METHODS = ("gradient", "sampling", "none")
 DEFAULT_INIT = (-1.0, 1.0)  # where the gradient search starts
 SAMPLING_INIT = (1.0, 9.0)  # the paper's sampling baseline
+RESTART_INIT = (-1.0, 1.0)  # floats of every other restart of the gradient method
 GUARD_MARGIN = 0.1  # how far inside its domain a guard op is kept
 TARGET_MARGIN = 0.02  # how far inside its domain the target's loss aims
 MAX_REDRAWS = 4  # targeted redraws of integer/bool leaves before a full restart
@@ -227,6 +228,7 @@ class _Search:
         self.jitter = torch.Generator().manual_seed((seed * 0x9E3779B1 + 0x7F4A7C15) % 2**63)
         self.init = init
         self.proxy = proxy
+        self.restart_init: tuple[float, float] | None = None  # float range of odd restarts
         self.restarts = 0
         self.leaves = (*graph.inputs, *graph.weights)
         start = {v: sample_tensor(self.rng, graph.types[v], *init) for v in self.leaves}
@@ -301,7 +303,10 @@ class _Search:
             return {v: self._real(v, m).detach().numpy().copy() for v, m in self.masters.items()}
 
     def _draw(self, v: int, narrow: bool) -> torch.Tensor:
-        fresh = self._master(v, sample_tensor(self.rng, self.graph.types[v], *self.init, narrow=narrow))
+        init = self.init
+        if self.restart_init is not None and self.restarts % 2 == 1 and self._dtype(v).is_float:
+            init = self.restart_init
+        fresh = self._master(v, sample_tensor(self.rng, self.graph.types[v], *init, narrow=narrow))
         return fresh.detach()
 
     def resample(self, leaves=None, only_bad: bool = False) -> None:
@@ -414,6 +419,8 @@ def search_values(
         init = SAMPLING_INIT if method == "sampling" else DEFAULT_INIT
     t0 = time.perf_counter()
     s = _Search(graph, seed, init, proxy=proxy and method == "gradient")
+    if method == "gradient":  # every other restart draws floats of both signs (sampling keeps its range)
+        s.restart_init = RESTART_INIT
     s.runner.widen &= method != "none"  # one draw, one check: at the graph's own precision
     deadline = t0 + budget_ms / 1000
     iters = 0
