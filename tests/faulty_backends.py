@@ -77,3 +77,19 @@ class RefusesImport(OrtBackend):
         from nnsmith_cov.backends.base import BackendError, Stage
 
         raise BackendError(Stage.IMPORT, ValueError("operator set not supported"))
+
+
+class RefusesUnitShapes(OrtBackend):
+    """Refuses any model whose inputs are all of size 1 (as TVM's trilinear Resize divides by
+    zero on them): an op it takes at other shapes is still supported."""
+
+    name = "refuses-unit-shapes"
+
+    def compile(self, model: Any, opt: Opt) -> Any:
+        import onnx
+
+        graph = onnx.load_from_string(model).graph
+        dims = [d.dim_value for i in graph.input for d in i.type.tensor_type.shape.dim]
+        if all(d == 1 for d in dims):
+            raise RuntimeError("unit shapes refused")
+        return super().compile(model, opt)

@@ -13,6 +13,7 @@ from nnsmith_cov.backends.op_support import (
     cache_path,
     load_or_probe,
     probe_graph,
+    probe_graphs,
     restrict_ops,
     sig_key,
 )
@@ -48,7 +49,7 @@ def test_ort_refusals_are_found_cached_and_reused(tmp_path, worker):
     assert "NOT_IMPLEMENTED" in ort.status("Where", "bool,bool,bool->bool")
     path = cache_path(tmp_path, "ort", ort.version)
     saved = json.loads(path.read_text())
-    assert saved["schema"] == 1 and saved["ops"] == ort.entries
+    assert saved["schema"] == 2 and saved["ops"] == ort.entries
 
     # A second call asks the worker for nothing but its versions.
     asked = []
@@ -79,3 +80,41 @@ def test_restrict_keeps_names_and_drops_refused_sigs():
     assert len(narrow.sigs) == len(add.sigs) - 1
     with pytest.raises(SupportError):
         restrict_ops([acos], [table])
+
+
+def test_probes_try_other_instances_before_refusing(tmp_path):
+    """One instance a backend refuses (the all-size-1 one) must not bar an op it takes otherwise."""
+    relu = select_ops(["Relu"])
+    (sig,) = [s for s in relu[0].sigs if s[0][0] is DType.float32]
+    graphs = probe_graphs(relu[0], sig)
+    assert len(graphs) == 3 and len({g.content_hash() for g in graphs}) == 3
+    first = graphs[0]
+    assert all(d == 1 for v in first.inputs for d in first.types[v].shape)  # the smallest shapes first
+    assert any(d > 1 for g in graphs[1:] for v in g.inputs for d in g.types[v].shape)
+    w = WorkerHandle(["faulty_backends:RefusesUnitShapes"], tmp_path / "w.log")
+    try:
+        one = type("Relu", (relu[0],), {"sigs": [sig]})
+        table = load_or_probe(w, ["faulty_backends:RefusesUnitShapes"], [one], tmp_path)
+        assert table["faulty_backends:RefusesUnitShapes"].status("Relu", sig_key(sig)) == "ok"
+    finally:
+        w.close()
+
+
+def test_a_schema_1_cache_keeps_what_worked_and_probes_its_refusals_again(tmp_path, worker):
+    version = worker.start()["versions"]["ort"]
+    torch_version = worker.start()["versions"]["torch"]
+    path = cache_path(tmp_path, "ort", version)
+    old = {"Add": {"f32,f32->f32": "ok", "f64,f64->f64": "compile: refused once"}}
+    path.write_text(json.dumps({"schema": 1, "backend": "ort", "version": version, "torch": torch_version, "ops": old}))
+    asked = []
+    call = worker.call
+    worker.call = lambda request, timeout_s: asked.append(request["kind"]) or call(request, timeout_s)
+    add = type(
+        "Add",
+        (op_by_name("Add"),),
+        {"sigs": [s for s in op_by_name("Add").sigs if s[0][0] in (DType.float32, DType.float64)]},
+    )
+    tables = load_or_probe(worker, ["ort"], [add], tmp_path)
+    assert tables["ort"].status("Add", "f64,f64->f64") == "ok"  # probed again: ORT adds doubles
+    assert asked.count("run") == 1  # only the refused signature was run
+    assert json.loads(path.read_text())["schema"] == 2

@@ -2,11 +2,12 @@
 models through the fuzzer's own path (search, export, worker), cached on disk as JSON.
 
 Cache file `<cache>/support-<backend>-<version>.json`, schema SUPPORT_SCHEMA, e.g.
-    {"schema": 1, "backend": "tvm", "version": "0.27.0.post1", "torch": "2.13.0+cpu",
+    {"schema": 2, "backend": "tvm", "version": "0.27.0.post1", "torch": "2.13.0+cpu",
      "ops": {"Add": {"f32,f32->f32": "ok"},
              "Acos": {"f16->f16": "compile: InternalError: unknown intrinsic ..."}}}
 An entry is "ok", "untested: <why>" (no single-op model could be made: kept, nothing learned)
-or the reason the backend refused the model.
+or the reason the backend refused the models: a refusal needs every one of up to
+PROBE_INSTANCES instances refused (schema 1 probed one; its refusals are probed again).
 """
 
 from __future__ import annotations
@@ -25,7 +26,11 @@ from nnsmith_cov.campaign.worker_handle import WorkerHandle
 from nnsmith_cov.gen.generator import GenConfig, GenerationError, generate
 from nnsmith_cov.gen.graph_ir import GraphIR
 
-SUPPORT_SCHEMA = 1
+SUPPORT_SCHEMA = 2
+# Instances of an (op, sig) a backend must all refuse to be marked as not supporting it: one
+# unlucky instance (all dims 1: TVM's trilinear Resize divides by zero) must not bar the op
+# from every campaign; such bugs are for the fuzzer to find.
+PROBE_INSTANCES = 3
 Sig = tuple[tuple[DType, ...], tuple[DType, ...]]
 # Probes need NaN/Inf-free values to be exported at all; single ops find them fast.
 _PROBE_SEARCH = {"method": "gradient", "max_iters": 64, "budget_ms": 2000}
@@ -34,6 +39,11 @@ _SAVE_EVERY = 25  # probes between cache writes, so an interrupted probe keeps i
 
 class SupportError(Exception):
     """No usable operator is left, or the cache folder is unusable."""
+
+
+def usable(status: str) -> bool:
+    """A probe status that lets the generator use the (op, sig): accepted, or nothing learned."""
+    return status == "ok" or status.startswith("untested")
 
 
 def sig_key(sig: Sig) -> str:
@@ -52,7 +62,7 @@ class SupportTable:
 
     def supported(self, op: str, key: str) -> bool:
         status = self.status(op, key)
-        return status is None or status == "ok" or status.startswith("untested")
+        return status is None or usable(status)
 
     def to_json(self) -> dict:
         return {
@@ -80,7 +90,7 @@ def _load(path: Path, backend: str, version: str, torch: str) -> SupportTable | 
     try:
         obj = json.loads(path.read_text())
         ok = (
-            obj.get("schema") == SUPPORT_SCHEMA
+            obj.get("schema") in (1, SUPPORT_SCHEMA)
             and obj.get("backend") == backend
             and obj.get("version") == version
             and obj.get("torch") == torch
@@ -92,7 +102,10 @@ def _load(path: Path, backend: str, version: str, torch: str) -> SupportTable | 
     if not ok:
         print(f"nnsmith-cov: ignoring unusable op-support cache {path}; probing again", file=sys.stderr)
         return None
-    return SupportTable(backend, version, torch, obj["ops"])
+    entries = obj["ops"]
+    if obj["schema"] == 1:  # refused after one instance: probe those again
+        entries = {op: {k: v for k, v in sigs.items() if usable(v)} for op, sigs in entries.items()}
+    return SupportTable(backend, version, torch, entries)
 
 
 def _save(table: SupportTable, path: Path) -> None:
@@ -105,49 +118,73 @@ def _save(table: SupportTable, path: Path) -> None:
         raise SupportError(f"cannot write the op-support cache {path}: {e.strerror}") from None
 
 
-def probe_graph(op: type[OpSpec], sig: Sig, seeds: int = 4) -> GraphIR | None:
-    """A one-operator graph of `op` with exactly `sig` and no 0-d tensors (probing with
-    scalars misleads: the exporter turns a 0-d float64 into a float32 constant)."""
+def probe_graphs(op: type[OpSpec], sig: Sig, count: int = PROBE_INSTANCES, seeds: int = 4) -> list[GraphIR]:
+    """Up to `count` distinct one-operator graphs of `op` with exactly `sig` and no 0-d tensors
+    (probing with scalars misleads: the exporter turns a 0-d float64 into a float32 constant).
+    The first has the smallest shapes the solver finds; the others are binned (varied sizes)."""
     only = type(op.__name__, (op,), {"sigs": [sig]})
     no_scalars = frozenset((d, 0) for d in DType) | GenConfig().excluded
-    # Backward insertion makes fresh inputs of every dtype the sig needs; multi-output ops
-    # can only be inserted forward.
-    for forward_prob in (0.0, 1.0) if op.n_outputs() == 1 else (1.0,):
-        cfg = GenConfig(
-            nodes=1, ops=[only], forward_prob=forward_prob, binning=False, max_elems=4096, excluded=no_scalars
-        )
-        for seed in range(seeds):
-            try:
-                graph = generate(cfg, seed).graph
-            except GenerationError:
-                continue
-            if any(inst.op == op.name() for inst in graph.insts):
-                return graph
-    return None
+    graphs: dict[str, GraphIR] = {}
+    for binning in (False, True):
+        # Backward insertion makes fresh inputs of every dtype the sig needs; multi-output ops
+        # can only be inserted forward.
+        for forward_prob in (0.0, 1.0) if op.n_outputs() == 1 else (1.0,):
+            cfg = GenConfig(
+                nodes=1, ops=[only], forward_prob=forward_prob, binning=binning, max_elems=4096, excluded=no_scalars
+            )
+            for seed in range(seeds):
+                try:
+                    graph = generate(cfg, seed).graph
+                except GenerationError:
+                    continue
+                if any(inst.op == op.name() for inst in graph.insts):
+                    graphs.setdefault(graph.content_hash(), graph)
+                    if len(graphs) == count:
+                        return list(graphs.values())
+                    if not binning:
+                        break  # unbinned, other seeds mostly give the same smallest graph
+    return list(graphs.values())
+
+
+def probe_graph(op: type[OpSpec], sig: Sig) -> GraphIR | None:
+    """The first probe instance of (op, sig), or None."""
+    graphs = probe_graphs(op, sig, count=1)
+    return graphs[0] if graphs else None
 
 
 def probe(worker: WorkerHandle, op: type[OpSpec], sig: Sig, backends: list[str], timeout_s: float) -> dict[str, str]:
-    """Status per backend of one (op, sig)."""
-    graph = probe_graph(op, sig)
-    if graph is None:
+    """Status per backend of one (op, sig): "ok" once a backend takes one instance, else the
+    reason it refused the first."""
+    graphs = probe_graphs(op, sig)
+    if not graphs:
         return dict.fromkeys(backends, "untested: no single-operator graph")
     settings = CaseSettings(backends, timeout_s=timeout_s, search=_PROBE_SEARCH)
-    prepared, finding = prepare(worker, graph, 0, settings)
-    if finding is not None:  # PyTorch or its exporter refused: no backend can be given this op
-        return dict.fromkeys(backends, f"{finding.stage}: {finding.detail[:160]}")
-    if prepared.onnx is None:
-        return dict.fromkeys(backends, "untested: no NaN/Inf-free values")
-    out = {}
-    for b in backends:
-        reply = run_backend(worker, prepared, b, "opt", timeout_s)
-        if reply.msg is None:
-            out[b] = f"{'hung' if reply.hung else 'died: ' + str(reply.died)} at {reply.stage}"
-        elif reply.msg["kind"] == "error":
-            e = reply.msg["error"]
-            first = (e["message"].strip().splitlines() or [""])[0]
-            out[b] = f"{e['stage']}: {e['type']}: {first[:160]}"
-        else:
-            out[b] = "ok"  # wrong outputs are findings, not missing support
+    out: dict[str, str] = {}
+    for graph in graphs:
+        prepared, finding = prepare(worker, graph, 0, settings)
+        if finding is not None:  # PyTorch or its exporter refused: no backend can be given this op
+            for b in backends:
+                out.setdefault(b, f"{finding.stage}: {finding.detail[:160]}")
+            continue
+        if prepared.onnx is None:
+            for b in backends:
+                out.setdefault(b, "untested: no NaN/Inf-free values")
+            continue
+        for b in backends:
+            if out.get(b) == "ok":
+                continue
+            reply = run_backend(worker, prepared, b, "opt", timeout_s)
+            if reply.msg is None:
+                status = f"{'hung' if reply.hung else 'died: ' + str(reply.died)} at {reply.stage}"
+            elif reply.msg["kind"] == "error":
+                e = reply.msg["error"]
+                first = (e["message"].strip().splitlines() or [""])[0]
+                status = f"{e['stage']}: {e['type']}: {first[:160]}"
+            else:
+                status = "ok"  # wrong outputs are findings, not missing support
+            out[b] = status if status == "ok" or b not in out else out[b]
+        if all(out.get(b) == "ok" for b in backends):
+            break
     return out
 
 
@@ -207,6 +244,6 @@ def summary_rows(tables: dict[str, SupportTable]) -> list[tuple[str, int, int]]:
     rows = []
     for b, t in tables.items():
         statuses = [s for sigs in t.entries.values() for s in sigs.values()]
-        ok = sum(s == "ok" or s.startswith("untested") for s in statuses)
+        ok = sum(usable(s) for s in statuses)
         rows.append((b, ok, len(statuses) - ok))
     return rows
