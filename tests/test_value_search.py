@@ -681,6 +681,21 @@ def test_elements_that_are_padding_in_every_execution_are_known(left, proven):
         assert search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=80).ok
 
 
+def test_a_value_and_its_overall_maximum_are_ordered():
+    # Less(max(x), x) is False everywhere: Reciprocal of it cast is 1/0. x - max(x) <= 0:
+    # Log of it has no valid input. max(x) - x >= 0 under a Sqrt is fine.
+    x, one, b = ((2, 6), F32), ((1, 1), F32), ((2, 6), BOOL)
+    top = ("ReduceMax", {"axes": None, "keepdim": True}, (0,), one)
+    less = [top, ("Less", {}, (1, 0), b), ("CastF32", {}, (2,), x), ("Reciprocal", {}, (3,), x)]
+    reason = prove_infeasible(_net([x], less))
+    assert reason is not None and reason.startswith("Reciprocal")
+    assert prove_infeasible(_net([x], [top, ("Sub", {}, (0, 1), x), ("Log", {}, (2,), x)])) is not None
+    g = _net([x], [top, ("Sub", {}, (1, 0), x), ("Sqrt", {}, (2,), x)])
+    assert prove_infeasible(g) is None
+    assert analyze(g)[1][2].lo == 0.0
+    assert search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=20).ok
+
+
 def test_a_float_cast_to_an_integer_out_of_range_is_invalid():
     # 3e9 does not fit int32: the cast is undefined (no NaN to see), so the search checks the
     # cast's domain itself.

@@ -34,6 +34,12 @@ NaN/Inf output, and casts from floats to integers stay in range):
   NaN elsewhere, computed by running the ops on it; its known elements' values
   are certainly taken (a row minimum over padding of 2 alone is 2).
 
+Between values, the analysis knows one order: the maximum of all of a value's
+elements (a ReduceMax to one element, or what picks from it) is at least each
+of them, the minimum at most. A comparison the order decides is a constant (Less
+of the maximum and the value is False everywhere), and their difference keeps
+its sign.
+
 A vulnerable op's domain also refines its inputs for the ops that read them
 later: every valid execution has them in the domain, and so the values they
 are made of by ops that keep every element exactly (Reshape and its kin,
@@ -765,10 +771,64 @@ def _violation(name: str, a, ins: list[Range], producer: Callable[[int], str]) -
     return None
 
 
+# Ops each of whose output elements is one of the input's elements.
+_PICKS = _KEEP_ALL | _SUBSET | {"ReduceMax", "ReduceMin", "MaxPool1d", "MaxPool2d", "AdaptiveMaxPool2d"}
+
+
+class _Order:
+    """Which values lie wholly above which: `ge[u]` holds each w with every element of u
+    >= every element of w (u the maximum of all of w, w the minimum of all of u, or values
+    each of whose elements is one of such a value's)."""
+
+    def __init__(self) -> None:
+        self.ge: dict[int, set[int]] = {}
+
+    def holds(self, u: int, w: int, depth: int = 4) -> bool:
+        """Every element of u >= every element of w (transitively)."""
+        direct = self.ge.get(u, set())
+        return w in direct or depth > 0 and any(self.holds(z, w, depth - 1) for z in direct)
+
+    def track(self, inst: Inst, a) -> None:
+        if not inst.inputs:
+            return
+        x, name = inst.inputs[0], inst.op
+        if name in ("ReduceMax", "ReduceMin") and math.prod(a["out_types"][0].shape) == 1:
+            m = inst.outputs[0]
+            if name == "ReduceMax":  # the maximum of every element is above each of them
+                self.ge.setdefault(m, set()).add(x)
+            else:  # and the minimum below
+                self.ge.setdefault(x, set()).add(m)
+        if name in _PICKS:  # each output element is one of x's: above what x is above
+            for v in inst.outputs:
+                if x in self.ge:
+                    self.ge.setdefault(v, set()).update(self.ge[x])
+                # ... and below what is above x
+                for ws in self.ge.values():
+                    if x in ws:
+                        ws.add(v)
+
+    def decide(self, inst: Inst, out: Range) -> Range:
+        """`out` of a comparison or difference of two values the order relates."""
+        if len(inst.inputs) != 2:
+            return out
+        p, q = inst.inputs
+        ge, le = self.holds(p, q), self.holds(q, p)
+        if not (ge or le):
+            return out
+        name = inst.op
+        if name == "Sub":  # p - q keeps the sign of the order (exactly so in floats)
+            return replace(out, lo=max(out.lo, 0.0)) if ge else replace(out, hi=min(out.hi, 0.0))
+        decided = {"Less": (ge, 0.0), "GreaterEqual": (ge, 1.0), "Greater": (le, 0.0), "LessEqual": (le, 1.0)}
+        if name in decided and decided[name][0]:
+            return _constant(decided[name][1], f"{name} of a value and its extreme")
+        return out
+
+
 def analyze(graph: GraphIR) -> tuple[str | None, dict[int, Range]]:
     """Ranges of the values up to the first op proven invalid, and why it is (or None)."""
     env: dict[int, Range] = {v: _dtype_range(graph.types[v].dtype) for v in (*graph.inputs, *graph.weights)}
     producers = {v: inst for inst in graph.insts for v in inst.outputs}
+    order = _Order()
     for inst in graph.insts:
         a = graph.attrs(inst)
         ins = [env[v] for v in inst.inputs]
@@ -796,6 +856,8 @@ def analyze(graph: GraphIR) -> tuple[str | None, dict[int, Range]]:
             if inst.op in ("MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d") and _all_padding_window(inst.op, a):
                 return f"{inst.op}: a window lies wholly in the padding", env
             outs = _probe(inst, a, ins, _transfer(inst, a, ins, [graph.types[v] for v in inst.outputs]))
+            outs[:1] = [order.decide(inst, outs[0])] if outs else []
+            order.track(inst, a)
         except _Infeasible as e:
             return str(e), env
         env.update(zip(inst.outputs, outs))
