@@ -696,6 +696,18 @@ def test_a_value_and_its_overall_maximum_are_ordered():
     assert search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=20).ok
 
 
+def test_a_graph_valid_only_at_an_exact_input_is_recognized():
+    # Acos(Exp(Sqrt(x))) needs Exp's result to be 1, so x = 0 exactly (below 4e-15 in
+    # float32): dropped like a proof. With a Relu before the Sqrt every x <= 0 is valid.
+    v = ((4,), F32)
+    body = [("Sqrt", {}, (0,), v), ("Exp", {}, (1,), v), ("Acos", {}, (2,), v)]
+    reason = prove_infeasible(_net([v], body))
+    assert reason is not None and "valid only where input v0 is exactly 0" in reason
+    g = _net([v], [("Relu", {}, (0,), v), *[(op, a, (i + 1,), t) for op, a, (i,), t in body]])
+    assert prove_infeasible(g) is None
+    assert search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=80).ok
+
+
 def test_a_float_cast_to_an_integer_out_of_range_is_invalid():
     # 3e9 does not fit int32: the cast is undefined (no NaN to see), so the search checks the
     # cast's domain itself.
