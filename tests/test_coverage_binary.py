@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nnsmith_cov.campaign.protocol import decode_arrays, encode_arrays
 from nnsmith_cov.campaign.worker_handle import WorkerHandle, WorkerStartError
+from nnsmith_cov.coverage.binary_collector import BinaryCollector, sorted_xor
 from nnsmith_cov.coverage.binary_symbols import block_hash, read_layout
 from nnsmith_cov.coverage.covmap import Hits
 
@@ -160,3 +164,56 @@ def test_self_check_refuses_a_changed_bit() -> None:
     problem = compare_runs(native, [same, nudged])
     assert problem is not None and "run 2" in problem and "\n" not in problem
     assert compare_runs(native, [{}]) is not None
+
+
+def test_returns_take_the_direct_path(worker: WorkerHandle) -> None:
+    _run(worker, "conv")
+    stats = worker.attachment.stats()
+    # Blocks are counted, and returns were given the direct path into compiled blocks (outputs and
+    # block sets under it are what the tests above check).
+    assert stats["blocks"] > 0 and stats["fast_returns"] > 0
+
+
+@pytest.fixture(scope="module")
+def local() -> BinaryCollector:
+    """A collector in this process, no agent: its map, masks and threads."""
+    import onnxruntime  # noqa: F401  (the module must be loaded for locate_request)
+
+    return BinaryCollector([])
+
+
+def test_stop_reads_every_nonzero_slot_but_the_masked(local: BinaryCollector) -> None:
+    rng = np.random.default_rng(3)
+    n = local.layout.slots
+    local.start()
+    slots = np.unique(np.concatenate([rng.integers(0, n, 500), [0, 7, 8, n - 1]]))
+    local.map[slots] = rng.integers(1, 256, len(slots))
+    local.unstable[:] = False
+    local.mask(slots[::5])
+    hits = local.stop()
+    want = slots[~np.isin(slots, slots[::5])]
+    assert hits.index.tolist() == want.tolist()
+    assert hits.count.tolist() == local.map[want].astype(np.uint32).tolist()
+    local.unstable[:] = False
+    local.start()
+    assert len(local.stop()) == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sets(st.integers(0, 5000)), st.sets(st.integers(0, 5000)))
+def test_sorted_xor_is_the_symmetric_difference(a: set[int], b: set[int]) -> None:
+    x = np.array(sorted(a), dtype=np.uint32)
+    y = np.array(sorted(b), dtype=np.uint32)
+    assert sorted_xor(x, y).tolist() == sorted(a ^ b)
+
+
+def test_measuring_thread_is_fresh_and_the_import_thread_ends(local: BinaryCollector) -> None:
+    importer = local.thread
+    follow = local.follow_request()
+    assert follow["tid"] == importer.tid
+    locate = local.locate_request()
+    assert locate["tid"] != follow["tid"] and locate["phase"] == "locate" and int(locate["lo"]) > 0
+    # The agent follows each thread once: backend calls now run on the new thread only.
+    assert local.call(threading.get_native_id) == locate["tid"]
+    importer._thread.join(10)
+    assert not importer._thread.is_alive()

@@ -1,24 +1,47 @@
 """The Frida agent the binary collector loads into a worker: a Stalker transform in C and its RPC.
 
-The parent loads `AGENT_JS` into the worker and calls `init(params)` once. The agent
-compiles `TRANSFORM_C` (Frida's built-in C compiler) and follows one thread, the
-worker's measuring thread, for the worker's whole life: following anew per test would
-recompile every block each time. At the head of every block inside the module the
-transform writes a few instructions that bump the block's slot in a hit map the
-*worker* owns (a numpy array it zeroes and reads itself), so a test costs no RPC.
+The parent loads `AGENT_JS` into the worker and calls `init(params)` once, then
+`locate(params)` once. The agent compiles `TRANSFORM_C` (Frida's built-in C compiler)
+and follows two threads in turn, each exactly once:
 
-    lea rsp, [rsp-128]      ; step over the red zone
-    pushfq ; push rax
+- `init`: the thread that imports the backends ("import mode"). Nothing is counted;
+  the transform only hides AVX-512 from XGETBV (below), so that the module, whose CPU
+  checks run while it loads, picks kernels that Stalker does not corrupt.
+- `locate`: once the module is loaded and its place known, the import thread is let go
+  and the measuring thread, fresh and never followed before, is followed for the
+  worker's life ("measuring mode"; following anew per test would recompile every block
+  each time). At the head of every block inside the module the transform writes a few
+  instructions that bump the block's slot in a hit map the *worker* owns (a numpy array
+  it zeroes and reads itself), so a test costs no RPC:
+
+    lea rsp, [rsp-128] ; push rax       ; step over the red zone
+    lahf ; seto al ; push rax            ; the flags, overflow included
     mov rax, <map + slot>
-    add byte [rax], 1 ; adc byte [rax], 0     ; saturate at 255 instead of wrapping to 0
-    pop rax ; popfq
-    lea rsp, [rsp+128]
+    add byte [rax], 1 ; adc byte [rax], 0   ; saturate at 255 instead of wrapping to 0
+    pop rax ; add al, 127 ; sahf         ; overflow back from al, the rest from ah
+    pop rax ; lea rsp, [rsp+128]
 
-With `clear_avx512` (hosts with AVX-512) the transform also clears bits 5-7 of EAX after
-every XGETBV the followed thread runs, so the module (imported on that thread) believes
-the OS keeps no AVX-512 state and picks its AVX2 kernels: Stalker's own context switch
-does not preserve the upper halves of zmm registers, which corrupts results computed by
-AVX-512 kernels.
+Returns. Stalker keeps real return addresses on the stack and turns every `ret` into a
+lookup in a two-entry inline cache per return site; a function called from many places
+(allocators, small C++ helpers, CPython's own helpers) misses it nearly every time and
+each miss is a full context switch into Stalker (all vector state saved, zmm16-31 and
+the mask registers too on AVX-512 hosts). That was most of the cost per test. In
+measuring mode the transform therefore records every block it compiles in a table
+(real address -> compiled address; 4-way buckets of 64 bytes) and puts a probe in
+front of each `ret`: the return address is looked up and, when found, the compiled
+block is entered directly (`ret imm16` through a slot below the red zone, so no
+register or flag of the program changes); otherwise Stalker's own return path runs as
+before. Entries only ever point at blocks of the measuring thread's one context (the
+import thread never records), and Stalker keeps a block's first address valid for the
+context's life (a recompiled block that moves leaves a jump there, and is recorded
+again), so a hit is always an entry that Stalker itself would have taken.
+
+AVX-512. With `clear_avx512` (hosts with AVX-512) the transform clears bits 5-7 of EAX
+after every XGETBV the followed threads run, so the module believes the OS keeps no
+AVX-512 state and picks its AVX2 kernels: Stalker's own context switch does not
+preserve the upper halves of zmm0-15, which corrupts results computed by AVX-512
+kernels. Some of those checks run lazily, at the first session, so the first session
+must be created on the measuring thread (the worker's self-check does that).
 
 params (all addresses as decimal strings, offsets are the module's ELF virtual addresses):
     {"tid": 4242, "base": "...", "lo": "...", "hi": "...", "map": "...", "n": 44186,
@@ -27,12 +50,17 @@ params (all addresses as decimal strings, offsets are the module's ELF virtual a
 
 from __future__ import annotations
 
+BUCKET_BITS = 16  # 65,536 buckets of 4 entries: room for the ~100k blocks a worker compiles
+
 TRANSFORM_C = r"""
 #include <gum/gumstalker.h>
 
+#define BUCKET_BITS @BUCKET_BITS@
+#define RET_SAVED 168  /* below the return address: red zone 128, target slot, rax, flags, rcx, rdx */
+
 typedef struct {
   guint64 base, lo, hi, map, n, start, length, slot_base, slot_mask, clear_avx512;
-  guint64 blocks, outside;
+  guint64 blocks, outside, table, fast_returns;
 } Params;
 
 extern Params params;
@@ -55,18 +83,44 @@ slot_of (guint64 off)
   return (gint64) ((const guint32 *) params.slot_base)[f] + (h & ((const guint32 *) params.slot_mask)[f]);
 }
 
+/* Machine code is assembled here byte by byte: Gum's x86 writer mis-encodes some base
+   registers (r12, r13) and its register moves, which this code needs exactly. */
+typedef struct { guint8 b[192]; guint n; } Code;
+
+static void put1 (Code * c, guint8 x) { c->b[c->n++] = x; }
+static void put4 (Code * c, guint32 x) { for (int i = 0; i < 4; i++) put1 (c, (guint8) (x >> (8 * i))); }
+static void put8 (Code * c, guint64 x) { for (int i = 0; i < 8; i++) put1 (c, (guint8) (x >> (8 * i))); }
+static void put_all (Code * c, const guint8 * s, guint n) { for (guint i = 0; i < n; i++) put1 (c, s[i]); }
+
+/* je rel32 with its target filled in by land() */
+static guint je32 (Code * c) { put1 (c, 0x0f); put1 (c, 0x84); put4 (c, 0); return c->n; }
+static void land (Code * c, guint after)
+{
+  guint32 rel = c->n - after;
+  for (int i = 0; i < 4; i++)
+    c->b[after - 4 + i] = (guint8) (rel >> (8 * i));
+}
+
+/* Flags through rax without pushfq/popfq (slow): lahf keeps SF ZF AF PF CF, seto keeps OF;
+   on the way back add al, 127 overflows exactly when al was 1, then sahf restores the rest. */
+static const guint8 flags_save[] = { 0x9f, 0x0f, 0x90, 0xc0, 0x50 };   /* lahf; seto al; push rax */
+static const guint8 flags_restore[] = { 0x58, 0x04, 0x7f, 0x9e };      /* pop rax; add al, 127; sahf */
+
 static void
 emit_bump (GumX86Writer * cw, guint64 cell)
 {
-  static const guint8 bump[] = { 0x80, 0x00, 0x01, 0x80, 0x10, 0x00 };
-  gum_x86_writer_put_lea_reg_reg_offset (cw, GUM_X86_RSP, GUM_X86_RSP, -128);
-  gum_x86_writer_put_pushfx (cw);
-  gum_x86_writer_put_push_reg (cw, GUM_X86_RAX);
-  gum_x86_writer_put_mov_reg_u64 (cw, GUM_X86_RAX, cell);
-  gum_x86_writer_put_bytes (cw, bump, sizeof (bump));
-  gum_x86_writer_put_pop_reg (cw, GUM_X86_RAX);
-  gum_x86_writer_put_popfx (cw);
-  gum_x86_writer_put_lea_reg_reg_offset (cw, GUM_X86_RSP, GUM_X86_RSP, 128);
+  static const guint8 enter[] = { 0x48, 0x8d, 0x64, 0x24, 0x80, 0x50 };   /* lea rsp, [rsp-128]; push rax */
+  static const guint8 bump[] = { 0x80, 0x00, 0x01, 0x80, 0x10, 0x00 };    /* add byte [rax], 1; adc byte [rax], 0 */
+  /* pop rax; lea rsp, [rsp+128] */
+  static const guint8 leave[] = { 0x58, 0x48, 0x8d, 0xa4, 0x24, 0x80, 0x00, 0x00, 0x00 };
+  Code c = { {0}, 0 };
+  put_all (&c, enter, sizeof (enter));
+  put_all (&c, flags_save, sizeof (flags_save));
+  put1 (&c, 0x48); put1 (&c, 0xb8); put8 (&c, cell);                       /* mov rax, cell */
+  put_all (&c, bump, sizeof (bump));
+  put_all (&c, flags_restore, sizeof (flags_restore));
+  put_all (&c, leave, sizeof (leave));
+  gum_x86_writer_put_bytes (cw, c.b, c.n);
 }
 
 static void
@@ -81,42 +135,153 @@ emit_clear_avx512 (GumX86Writer * cw)
   gum_x86_writer_put_lea_reg_reg_offset (cw, GUM_X86_RSP, GUM_X86_RSP, 128);
 }
 
+/* The bytes released by a `ret` (its imm16 plus the address), or -1 for other instructions.
+   Read from the code itself: bnd/rep prefixes allowed. */
+static gint
+ret_release (const cs_insn * insn)
+{
+  const guint8 * p = (const guint8 *) insn->address;
+  const guint8 * end = p + insn->size;
+  while (p < end && (*p == 0xf2 || *p == 0xf3))
+    p++;
+  if (p + 1 == end && *p == 0xc3)
+    return 8;
+  if (p + 3 == end && *p == 0xc2)
+    return 8 + (p[1] | (p[2] << 8));
+  return -1;
+}
+
+static guint64 *
+bucket_of (guint64 real)
+{
+  return (guint64 *) (params.table + (((real ^ (real >> 15)) & ((1u << BUCKET_BITS) - 1)) << 6));
+}
+
+static void
+remember (guint64 real, guint64 code)
+{
+  guint64 * bucket = bucket_of (real);
+  int way = -1;
+  for (int w = 0; w < 4 && way < 0; w++)
+    if (bucket[2 * w] == real || bucket[2 * w] == ~0ull)
+      way = w;
+  if (way < 0)
+    way = (int) ((real >> 4) & 3);  /* full: evict one; its block just goes back to Stalker's path */
+  bucket[2 * way + 1] = code;
+  bucket[2 * way] = real;
+}
+
+void
+clear_table (void)
+{
+  guint64 * t = (guint64 *) params.table;
+  for (guint64 i = 0; i < (4ull << BUCKET_BITS); i++)
+  {
+    t[2 * i] = ~0ull;  /* no user-space address */
+    t[2 * i + 1] = 0;
+  }
+}
+
+static void
+emit_fast_return (GumX86Writer * cw, gint release)
+{
+  /* lea rsp, [rsp-136] (red zone + target slot); push rax; <flags>; push rcx; push rdx;
+     mov rax, [rsp+RET_SAVED] (the return address) */
+  static const guint8 enter[] = { 0x48, 0x8d, 0xa4, 0x24, 0x78, 0xff, 0xff, 0xff, 0x50 };
+  static const guint8 load[] = { 0x51, 0x52, 0x48, 0x8b, 0x84, 0x24, RET_SAVED, 0x00, 0x00, 0x00 };
+  /* rcx = ((rax >> 15) ^ rax) & mask, then * 64 + table */
+  static const guint8 hash[] = { 0x48, 0x89, 0xc1, 0x48, 0xc1, 0xe9, 0x0f, 0x48, 0x31, 0xc1, 0x81, 0xe1 };
+  static const guint8 scale[] = { 0x48, 0xc1, 0xe1, 0x06, 0x48, 0xba };
+  static const guint8 probe[] = { 0x48, 0x01, 0xd1, 0x48, 0x39, 0x01 };         /* add rcx, rdx; cmp [rcx], rax */
+  static const guint8 next_probe[] = { 0x48, 0x83, 0xc1, 0x10, 0x48, 0x39, 0x01 };  /* add rcx, 16; cmp [rcx], rax */
+  static const guint8 restore_gpr[] = { 0x5a, 0x59 };                             /* pop rdx; pop rcx */
+  /* found: mov rax, [rcx+8]; mov [rsp+32], rax (the target slot) */
+  static const guint8 found[] = { 0x48, 0x8b, 0x41, 0x08, 0x48, 0x89, 0x44, 0x24, 0x20 };
+  Code c = { {0}, 0 };
+  guint hits[4];
+  put_all (&c, enter, sizeof (enter));
+  put_all (&c, flags_save, sizeof (flags_save));
+  put_all (&c, load, sizeof (load));
+  put_all (&c, hash, sizeof (hash));
+  put4 (&c, (1u << BUCKET_BITS) - 1);
+  put_all (&c, scale, sizeof (scale));
+  put8 (&c, params.table);
+  put_all (&c, probe, sizeof (probe));
+  hits[0] = je32 (&c);
+  for (int w = 1; w < 4; w++)
+  {
+    put_all (&c, next_probe, sizeof (next_probe));
+    hits[w] = je32 (&c);
+  }
+  /* not found: restore everything and fall through into Stalker's own handling of the ret */
+  put_all (&c, restore_gpr, sizeof (restore_gpr));
+  put_all (&c, flags_restore, sizeof (flags_restore));
+  put1 (&c, 0x58);                                                           /* pop rax */
+  put1 (&c, 0x48); put1 (&c, 0x8d); put1 (&c, 0xa4); put1 (&c, 0x24); put4 (&c, 136);  /* lea rsp, [rsp+136] */
+  put1 (&c, 0xe9); put4 (&c, 0);                                             /* jmp over the found path */
+  guint skip = c.n;
+  for (int w = 0; w < 4; w++)
+    land (&c, hits[w]);
+  put_all (&c, found, sizeof (found));
+  put_all (&c, restore_gpr, sizeof (restore_gpr));
+  put_all (&c, flags_restore, sizeof (flags_restore));
+  put1 (&c, 0x58);                                                           /* pop rax */
+  /* ret imm16: pops the compiled address from the target slot, then drops the red zone gap and
+     the program's own return address (and its ret's imm16): rsp ends where the ret leaves it */
+  guint16 drop = (guint16) (128 + release);
+  put1 (&c, 0xc2); put1 (&c, (guint8) drop); put1 (&c, (guint8) (drop >> 8));
+  land (&c, skip);
+  gum_x86_writer_put_bytes (cw, c.b, c.n);
+  params.fast_returns++;
+}
+
 void
 transform (GumStalkerIterator * iterator, GumStalkerOutput * output, gpointer user_data)
 {
   const cs_insn * insn;
   gboolean first = TRUE;
+  gboolean measuring = user_data != NULL;
   while (gum_stalker_iterator_next (iterator, &insn))
   {
-    gboolean inside = insn->address >= params.lo && insn->address < params.hi;
-    if (first)
+    GumX86Writer * cw = output->writer.x86;
+    if (first && measuring)
     {
-      first = FALSE;
-      if (inside)
+      remember (insn->address, cw->pc);
+      if (insn->address >= params.lo && insn->address < params.hi)
       {
         gint64 slot = slot_of (insn->address - params.base);
         if (slot >= 0)
         {
-          emit_bump (output->writer.x86, params.map + (guint64) slot);
+          emit_bump (cw, params.map + (guint64) slot);
           params.blocks++;
         }
         else
           params.outside++;
       }
     }
+    first = FALSE;
+    if (measuring && insn->id == X86_INS_RET)
+    {
+      gint release = ret_release (insn);
+      if (release > 0 && release <= 0xffff - 128)
+        emit_fast_return (cw, release);
+    }
     gum_stalker_iterator_keep (iterator);
-    /* Not only inside the module: its CPU checks run while it loads, before `lo`/`hi` are known. */
+    /* In both modes: the module's CPU checks may run on either thread. */
     if (params.clear_avx512 && insn->id == X86_INS_XGETBV)
-      emit_clear_avx512 (output->writer.x86);
+      emit_clear_avx512 (cw);
   }
 }
-"""
+""".replace("@BUCKET_BITS@", str(BUCKET_BITS))
 
 AGENT_JS = r"""
 'use strict';
 const SOURCE = %s;
+const TABLE_BYTES = %d;
 let cm = null;
 let params = null;
+let table = null;  // held here: memory from Memory.alloc is freed with its last JS reference
+let importTid = 0;
 let tid = 0;
 
 function fill(p) {
@@ -126,24 +291,29 @@ function fill(p) {
 
 rpc.exports = {
   init(p) {
-    params = Memory.alloc(12 * 8);
+    params = Memory.alloc(14 * 8);
+    table = Memory.alloc(TABLE_BYTES);
+    params.add(96).writePointer(table);
     fill(p);
     cm = new CModule(SOURCE, { params });
-    tid = p.tid;
-    Stalker.follow(tid, { transform: cm.transform });
+    new NativeFunction(cm.clear_table, 'void', [])();
+    // Trusted from the first run: blocks are linked to each other at once instead of after a
+    // second pass through Stalker. Nothing followed rewrites its own code (see the README for
+    // backends that generate code).
+    Stalker.trustThreshold = 0;
+    importTid = p.tid;
+    Stalker.follow(importTid, { transform: cm.transform, data: ptr(0) });
     return Process.arch;
   },
   locate(p) {
-    // Blocks compiled before the module's place was known carry no counters: follow
-    // afresh so that every block is compiled again, this time with them.
     fill(p);
-    Stalker.unfollow(tid);
-    Stalker.flush();
-    Stalker.garbageCollect();
-    Stalker.follow(tid, { transform: cm.transform });
+    Stalker.unfollow(importTid);
+    tid = p.tid;
+    Stalker.follow(tid, { transform: cm.transform, data: ptr(1) });
   },
   stats() {
-    return { blocks: params.add(80).readU64().toNumber(), outside: params.add(88).readU64().toNumber() };
+    const read = (k) => params.add(8 * k).readU64().toNumber();
+    return { blocks: read(10), outside: read(11), fast_returns: read(13) };
   },
   stop() {
     if (tid) {
@@ -160,4 +330,4 @@ def agent_source() -> str:
     """The script text, with the C source embedded as a JS string literal."""
     import json
 
-    return AGENT_JS % json.dumps(TRANSFORM_C)
+    return AGENT_JS % (json.dumps(TRANSFORM_C), 64 << BUCKET_BITS)

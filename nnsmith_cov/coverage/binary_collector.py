@@ -14,10 +14,12 @@ A process cannot trace itself, so the parent drives Frida into the worker (see
   the slots present in one run only are masked from then on (AFL++'s calibration).
 
 The worker asks the parent to attach twice (`attach_requests`): first to follow the
-measuring thread before the module is imported on it (on AVX-512 hosts the agent must
-see the module's CPU feature checks), then, once it is loaded, to say where it lies.
-ORT runs with one intra-op and one inter-op thread, sequentially (`backends.ort`):
-no pool threads, so the followed thread sees all of ORT's work.
+thread that imports the backends (on AVX-512 hosts the agent must see the module's CPU
+feature checks), then, once the module is loaded, to follow a fresh measuring thread
+that counts its blocks. Two threads, each followed once, because a thread followed
+again while parked in code compiled for it before runs that stale code under the new
+follow. ORT runs with one intra-op and one inter-op thread, sequentially
+(`backends.ort`): no pool threads, so the followed thread sees all of ORT's work.
 """
 
 from __future__ import annotations
@@ -122,14 +124,31 @@ def cached_layout(path: str, cache_dir: Path) -> ModuleLayout:
 _LAYOUT_ARRAYS = {"start": "<u8", "length": "<u8", "slot_base": "<u4", "slot_mask": "<u4", "label_of": "<i4"}
 
 
+def _in_sorted(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Which elements of `a` are in `b`; both sorted and duplicate-free (`Hits.index`)."""
+    if not len(b):
+        return np.zeros(len(a), dtype=bool)
+    pos = np.searchsorted(b, a)
+    np.minimum(pos, len(b) - 1, out=pos)
+    return b[pos] == a
+
+
+def sorted_xor(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Slots in exactly one of two sorted, duplicate-free index arrays: `np.setxor1d` without
+    its hashing pass (5 ms for two runs of ~22k slots, 0.6 ms this way)."""
+    out = np.concatenate([a[~_in_sorted(a, b)], b[~_in_sorted(b, a)]]).astype(np.uint32)
+    out.sort()
+    return out
+
+
 class MeasuringThread:
     """One long-lived thread that runs the calls handed to it, one at a time."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "nncov-measured") -> None:
         self._jobs: queue.Queue = queue.Queue()
         self._ready = threading.Event()
         self.tid = 0
-        self._thread = threading.Thread(target=self._loop, name="nncov-measured", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
         self._ready.wait()
 
@@ -137,12 +156,19 @@ class MeasuringThread:
         self.tid = threading.get_native_id()
         self._ready.set()
         while True:
-            fn, box, done = self._jobs.get()
+            job = self._jobs.get()
+            if job is None:
+                return
+            fn, box, done = job
             try:
                 box.append((True, fn()))
             except BaseException as e:  # handed back to the caller, who decides
                 box.append((False, e))
             done.set()
+
+    def retire(self) -> None:
+        """Let the thread end once it has run what it was given."""
+        self._jobs.put(None)
 
     def call(self, fn: Callable[[], T]) -> T:
         box: list[tuple[bool, Any]] = []
@@ -169,10 +195,13 @@ class BinaryCollector:
         self.pattern = targets[0] if targets else DEFAULT_MODULE
         self.path = find_module(self.pattern)
         self.layout = cached_layout(self.path, cache_dir or default_cache_dir())
-        self.map = np.zeros(self.layout.slots, dtype=np.uint8)
+        # Padded to whole 8-byte words: `stop` scans the map a word at a time.
+        self.map = np.zeros(-(-self.layout.slots // 8) * 8, dtype=np.uint8)
+        self._words = self.map.view(np.uint64)
         self.unstable = np.zeros(self.layout.slots, dtype=bool)  # masked after calibration
         self.seen = np.zeros(self.layout.slots, dtype=bool)  # slots this worker has reported
-        self.thread = MeasuringThread()
+        self.thread = MeasuringThread("nncov-import")  # replaced by the measuring thread at `locate_request`
+        self._retired: MeasuringThread | None = None
         self._universe: Universe | None = None
         self._recent: OrderedDict[str, np.ndarray] = OrderedDict()  # input key -> its last run's slots
         # Keep the tables the agent's C code reads alive (and contiguous) for the process's life.
@@ -180,7 +209,7 @@ class BinaryCollector:
 
     # -- the two attach requests --------------------------------------------------
     def follow_request(self) -> dict[str, Any]:
-        """What the agent needs before the module is loaded: the thread, the map, the tables."""
+        """What the agent needs before the module is loaded: the (import) thread, the map, the tables."""
         start, length, slot_base, slot_mask = self._tables
         addr = lambda a: str(a.ctypes.data)
         return {
@@ -201,12 +230,15 @@ class BinaryCollector:
         }
 
     def locate_request(self) -> dict[str, Any]:
-        """Where the module was loaded (after the backends imported it on the measuring thread)."""
+        """Where the module was loaded (after the backends imported it on the import thread), with the
+        measuring thread that the agent is to follow from now on in the import thread's place."""
         base = loaded_modules().get(self.path)
         if base is None:
             raise CollectorError(f"binary collector: {os.path.basename(self.path)} was not loaded by the backends")
         end = int(self.layout.start[-1] + self.layout.length[-1])
         where = {"base": str(base), "lo": str(base), "hi": str(base + end)}
+        # The import thread ends at the next call, when the agent has let it go (its reply came first).
+        self._retired, self.thread = self.thread, MeasuringThread()
         return self.follow_request() | {"phase": "locate"} | where
 
     # -- the collector protocol ---------------------------------------------------
@@ -217,15 +249,22 @@ class BinaryCollector:
 
     def call(self, fn: Callable[[], T], backend: str = "") -> T:
         """Run `fn` on the measuring thread (every backend: this collector alone routes nothing)."""
+        if self._retired is not None:
+            self._retired.retire()
+            self._retired = None
         return self.thread.call(fn)
 
     def start(self) -> None:
         self.map.fill(0)
 
     def stop(self) -> Hits:
-        """The nonzero slots since `start` (a scan of the map: about 1 ms for ORT's 2.6M slots),
-        less the masked ones."""
-        index = np.flatnonzero((self.map != 0) & ~self.unstable).astype(np.uint32)
+        """The nonzero slots since `start`, less the masked ones. The map is scanned a word at a
+        time, then only the nonzero words byte by byte (about 0.3 ms for ORT's 2.6M slots, against
+        3-4 ms for a scan byte by byte)."""
+        words = np.flatnonzero(self._words != 0)
+        inner = np.flatnonzero(self.map.reshape(-1, 8)[words])
+        index = (words[inner >> 3] << 3) + (inner & 7)
+        index = index[~self.unstable[index]].astype(np.uint32)
         return Hits(index, self.map[index].astype(np.uint32))
 
     def settle(self, first: Hits, again: Callable[[], Hits], key: str = "") -> tuple[Hits, np.ndarray]:
@@ -234,14 +273,14 @@ class BinaryCollector:
         in one run only are masked for good. Returns the stable hits and the newly masked slots."""
         flicker = np.zeros(0, np.uint32)
         if key in self._recent:
-            flicker = np.setxor1d(first.index, self._recent.pop(key)).astype(np.uint32)
+            flicker = sorted_xor(first.index, self._recent.pop(key))
         if key:
             self._recent[key] = first.index
             while len(self._recent) > RECENT_INPUTS:
                 self._recent.popitem(last=False)
         if len(first) and not self.seen[first.index].all():
             second = again()
-            flicker = np.union1d(flicker, np.setxor1d(first.index, second.index)).astype(np.uint32)
+            flicker = np.union1d(flicker, sorted_xor(first.index, second.index)).astype(np.uint32)
         flicker = flicker[~self.unstable[flicker]]
         self.mask(flicker)
         keep = ~self.unstable[first.index]
