@@ -59,6 +59,15 @@ class Hang(OrtBackend):
         time.sleep(3600)
 
 
+class RaisesAtImport(OrtBackend):
+    """Refuses every model at import, as a frontend converter that raises does."""
+
+    name = "raises-at-import"
+
+    def load(self, onnx_bytes: bytes) -> Any:
+        raise ValueError("Cannot parse attribute")
+
+
 class Raises(OrtBackend):
     """Fails at compile with a message holding a number that changes from model to model."""
 

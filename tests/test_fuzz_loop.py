@@ -95,8 +95,9 @@ def test_worker_death_is_recorded_and_the_loop_goes_on(tmp_path, capsys, monkeyp
     st = fuzzer.stats
     assert st.findings == {f"crash/{stage}/{backend}": 3}
     assert list(st.signatures) == [f"{backend}/{stage}/opt: {how}"]
-    # Each test kills the worker once at OPT and once more at O0 (localization).
-    assert st.restarts == 6
+    # The first test kills the worker at OPT and once more at O0 (localization); the later two
+    # bring a known signature, which is not localized again.
+    assert st.restarts == 4
     assert [e[0] for e in events] == ["new", "dup", "dup"]
     (bundle,) = _bundles(run)
     assert json.loads((bundle / "meta.json").read_text())["localized"] == "conversion"
@@ -159,12 +160,37 @@ def test_a_worker_crash_mid_test_does_not_corrupt_the_coverage_map(tmp_path):
     exporter's arcs: a worker that segfaults inside the backend must leave exactly that map."""
     clean, _, _ = _fuzz(tmp_path / "clean", "ort", tests=3, collector="python")
     crashed, _, run = _fuzz(tmp_path / "crash", "faulty_backends:Segfault", tests=3, collector="python")
-    assert (
-        crashed.stats.restarts == 6 and crashed.stats.findings
-    )  # OPT and O0 each die == {"crash/compile/faulty_backends:Segfault": 3}
+    # The first test dies at OPT and again at O0 (localization); the other two, whose signature
+    # is then known, at OPT only.
+    assert crashed.stats.restarts == 4
+    assert crashed.stats.findings == {"crash/compile/faulty_backends:Segfault": 3}
     assert clean.covmap is not None and crashed.covmap is not None
     assert clean.stats.branches > 100
     assert np.array_equal(crashed.covmap.virgin, clean.covmap.virgin)
     stats = json.loads((run.root / "stats.json").read_text())
     assert stats["coverage"]["branches"] == clean.stats.branches == clean.covmap.count()
     assert json.loads((run.root / "config.json").read_text())["coverage"]["name"] == "python"
+
+
+def test_import_failures_and_known_signatures_are_not_run_again_at_o0(tmp_path, monkeypatch):
+    """No optimization level reaches the importer: an import failure is the conversion's,
+    without an O0 run; and a signature already filed is not localized again."""
+    asked: list[str] = []
+    call = WorkerHandle.call
+
+    def counting(self, request, timeout_s):
+        if request["kind"] == "run":
+            asked.append(request["opt"])
+        return call(self, request, timeout_s)
+
+    monkeypatch.setattr(WorkerHandle, "call", counting)
+    fuzzer, _, run = _fuzz(tmp_path / "import", "faulty_backends:RaisesAtImport", tests=3)
+    assert fuzzer.stats.findings == {"crash/import/faulty_backends:RaisesAtImport": 3}
+    assert asked == ["opt"] * 3
+    headers = [json.loads(x) for x in (run.root / "findings.jsonl").read_text().splitlines()]
+    assert [h["localized"] for h in headers] == ["conversion"] * 3
+    asked.clear()
+    fuzzer, _, run = _fuzz(tmp_path / "compile", "faulty_backends:Raises", tests=3)
+    assert asked == ["opt", "O0", "opt", "opt"]  # only the first of the one signature is localized
+    headers = [json.loads(x) for x in (run.root / "findings.jsonl").read_text().splitlines()]
+    assert [h["localized"] for h in headers] == ["conversion", None, None]

@@ -341,7 +341,8 @@ class Fuzzer:
                     self._commit(k, None)
                 return None
         try:
-            result = run_test(worker, gen.graph, seed, self.cfg.settings)
+            # Read without the lock: a signature filed meanwhile only costs one more O0 run.
+            result = run_test(worker, gen.graph, seed, self.cfg.settings, self.stats.signatures.__contains__)
         except WorkerFault as e:
             with self.lock:
                 self.stats.faults += 1

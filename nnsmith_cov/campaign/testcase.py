@@ -178,13 +178,21 @@ def judge(prepared: Prepared, backend: str, opt: str, reply: Reply, settings: Ca
     )
 
 
-def run_test(worker: WorkerHandle, graph: GraphIR, seed: int, settings: CaseSettings) -> CaseResult:
+Known = Callable[[str], bool]  # is a finding signature already on record (bundled, localized)?
+
+
+def run_test(
+    worker: WorkerHandle, graph: GraphIR, seed: int, settings: CaseSettings, known: Known | None = None
+) -> CaseResult:
     """Search, export, then each backend at OPT (and at O0 when OPT fails)."""
-    return run_prepared(worker, settings, lambda: prepare(worker, graph, seed, settings))
+    return run_prepared(worker, settings, lambda: prepare(worker, graph, seed, settings), known)
 
 
 def run_prepared(
-    worker: WorkerHandle, settings: CaseSettings, prep: Callable[[], tuple[Prepared, Finding | None]]
+    worker: WorkerHandle,
+    settings: CaseSettings,
+    prep: Callable[[], tuple[Prepared, Finding | None]],
+    known: Known | None = None,
 ) -> CaseResult:
     """`prep` (`prepare`, or `export_stored` for a replay), then `run_backends` unless it
     ended in a finding or without values."""
@@ -200,11 +208,19 @@ def run_prepared(
     if prepared.oracle is None:
         result.status = "no-values"
         return result
-    return run_backends(worker, result, settings)
+    return run_backends(worker, result, settings, known)
 
 
-def run_backends(worker: WorkerHandle, result: CaseResult, settings: CaseSettings) -> CaseResult:
-    """Each backend at OPT on a prepared test (and at O0 when OPT fails), judged by its oracle."""
+def run_backends(
+    worker: WorkerHandle, result: CaseResult, settings: CaseSettings, known: Known | None = None
+) -> CaseResult:
+    """Each backend at OPT on a prepared test (and at O0 when OPT fails), judged by its oracle.
+
+    O0 is not run after a hang (it would only hang again), after a failure at import (no
+    optimization level reaches the importer: the conversion is at fault), nor for a
+    signature `known` already (its first occurrence was localized; a campaign's crashes
+    repeat by the hundred and each O0 build costs as much as the test).
+    """
     prepared, ms = result.prepared, result.ms
     assert prepared is not None and prepared.oracle is not None
     for backend in settings.backends:
@@ -215,7 +231,9 @@ def run_backends(worker: WorkerHandle, result: CaseResult, settings: CaseSetting
         ms[f"{backend}.compare"] = (time.perf_counter() - t1) * 1e3
         if finding is None:
             continue
-        if settings.localize and finding.symptom != "hang":
+        if finding.stage == "import":
+            finding.localized = "conversion"
+        elif settings.localize and finding.symptom != "hang" and not (known and known(finding.signature)):
             again = run_backend(worker, prepared, backend, "O0", settings.timeout_s)
             result.add_hits(again.msg)
             o0 = judge(prepared, backend, "O0", again, settings)
