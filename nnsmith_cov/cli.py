@@ -501,8 +501,8 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
                 driver.join(timeout=0.5 if live_screen else min(0.5, ticker.wait_s(fuzzer.stats.elapsed())))
                 if live is not None:
                     live.update(render(final=not driver.is_alive()))
-                elif ticker.due(fuzzer.stats.elapsed()):
-                    log()
+                elif driver.is_alive() and ticker.due(fuzzer.stats.elapsed()):
+                    log()  # (not when the campaign just ended: the final line follows)
                 if fuzzer.stats.elapsed() - last_stats >= 5:
                     fuzzer.write_stats()
                     last_stats = fuzzer.stats.elapsed()
