@@ -480,10 +480,9 @@ def test_range_analysis_holds_on_every_valid_execution():
             if rng.values is not None:  # every element is one of the values
                 vs = torch.tensor(sorted(rng.values), dtype=torch.float64)
                 assert (a[:, None] - vs[None, :]).abs().min(1).values.max() <= tol, (seed, v, rng)
-            if rng.probe is not None:  # the elements known in every execution are as known
-                p = rng.probe.double().flatten()
-                known = torch.isfinite(p)
-                assert (p[known] - a[known]).abs().max() <= tol, (seed, v)
+            if rng.box is not None:  # every element within its own bounds
+                lo, hi = (b.double().flatten() for b in rng.box)
+                assert (a >= lo - tol).all() and (a <= hi + tol).all(), (seed, v)
         checked += 1
     assert checked >= 16
 
@@ -679,6 +678,46 @@ def test_elements_that_are_padding_in_every_execution_are_known(left, proven):
         assert "PadConstant(value=2)" in reason
     else:
         assert search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=80).ok
+
+
+@pytest.mark.parametrize("reduce, proven", [("ReduceMin", True), ("ReduceMax", False)])
+def test_per_element_bounds_follow_a_padding_into_a_reduction(reduce, proven):
+    # Every row minimum sees a padded -2 (one pad row of -2, reduced over rows): it is at
+    # most -2, so Selu of it is negative and Log refuses it. A row maximum may be anything.
+    x, pad, out = ((4, 5), F32), ((5, 5), F32), ((5,), F32)
+    body = [
+        ("PadConstant", {"k": 2, "l0": 0, "r0": 0, "l1": 1, "r1": 0, "value": -2}, (0,), pad),
+        (reduce, {"axes": [0], "keepdim": False}, (1,), out),
+        ("Selu", {}, (2,), out),
+        ("Log", {}, (3,), out),
+    ]
+    g = _net([x], body)
+    reason = prove_infeasible(g)
+    assert (reason is not None) == proven
+    if proven:
+        assert reason.startswith("Log <- PadConstant(value=-2)")
+        assert analyze(_net([x], body[:2]))[1][2].hi <= -2  # from the box's upper bounds
+    else:
+        assert search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=80).ok
+
+
+def test_structural_constants_are_known():
+    # A Tril that keeps no element is 0 everywhere; ArgMin of a broadcast scalar is index 0;
+    # PReLU of a zeroed triangle keeps its zeros: each makes Log's input 0.
+    m, one = ((3, 4), F32), ((), F32)
+    tril = [("Tril", {"diagonal": -3}, (0,), m), ("Log", {}, (1,), m)]
+    assert prove_infeasible(_net([m], tril)).startswith("Log <- Tril(diagonal=-3) zeroing everything")
+    i = ((1, 1), DType.int64)
+    argmin = [
+        ("Expand", {"lead": 2, "lead0": 1, "lead1": 9, "bcast": []}, (0,), ((1, 9), F32)),
+        ("ArgMin", {"axis": 1, "keepdim": True}, (1,), i),
+        ("CastF32", {}, (2,), ((1, 1), F32)),
+        ("Log", {}, (3,), ((1, 1), F32)),
+    ]
+    assert "ArgMin of equal values" in prove_infeasible(_net([one], argmin))
+    w = ((1,), F32)
+    prelu = [("Tril", {"diagonal": 0}, (0,), m), ("PReLU", {}, (0 + 2, 1), m), ("Log", {}, (3,), m)]
+    assert prove_infeasible(_net([m, w], prelu)) is not None
 
 
 def test_a_value_and_its_overall_maximum_are_ordered():

@@ -29,10 +29,16 @@ NaN/Inf output, and casts from floats to integers stay in range):
   with known sets are run on every combination, with the op's own forward, so
   the result is exact (Pow(c, c) of a cast comparison is 1 everywhere);
   combinations giving NaN/Inf are no valid execution and drop out;
-- `probe`: the value with every element that is the same in every execution
-  (padding, a zeroed triangle, what ops that propagate NaN make of them) and
-  NaN elsewhere, computed by running the ops on it; its known elements' values
-  are certainly taken (a row minimum over padding of 2 alone is 2).
+- `box`: per-element lower and upper bounds, started where some elements are
+  the same in every execution (padding, a zeroed triangle) and computed by
+  running ops monotone in each input on the lower and on the upper bounds
+  (decreasing ones swapped, products at the corners): the output's bounds are
+  the boxes' extremes, some element is at most the least upper bound (a row
+  minimum that sees a padding of -2 is at most -2), and elements whose bounds
+  meet hold that value in every execution.
+
+Values whose elements are all equal (one element, and what pointwise and
+layout ops make of such) have ArgMax and ArgMin 0 (the first of equal values).
 
 Between values, the analysis knows one order: the maximum of all of a value's
 elements (a ReduceMax to one element, or what picks from it) is at least each
@@ -86,9 +92,9 @@ class Range:
     integral: bool = False
     src: str = ""
     values: frozenset[float] | None = None  # every element is one of these (None: not known)
-    # The value, in its dtype, with each element that is the same in every execution (a
-    # padding, a zeroed triangle) and NaN for the others; None when no element is known.
-    probe: torch.Tensor | None = field(default=None, compare=False, repr=False)
+    # Per-element lower and upper bounds (the elements of a padding, a zeroed triangle are
+    # known exactly); None when no more is known than lo and hi.
+    box: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, compare=False, repr=False)
 
     def certainly_le(self, bound: float) -> bool:
         """Some element is certainly <= bound."""
@@ -284,6 +290,12 @@ def _triangle_zeros(name: str, a, shape: tuple[int, ...]) -> bool:
     if name == "Tril":  # zero where col - row > diagonal
         return cols - 1 > a.diagonal
     return -(rows - 1) < a.diagonal  # Triu: zero where col - row < diagonal
+
+
+def _triangle_keeps(name: str, a, shape: tuple[int, ...]) -> bool:
+    """Whether Tril/Triu keeps at least one element (col - row ranges over [1 - rows, cols - 1])."""
+    rows, cols = shape[-2], shape[-1]
+    return 1 - rows <= a.diagonal if name == "Tril" else cols - 1 >= a.diagonal
 
 
 def _all_padding_window(name: str, a) -> bool:
@@ -537,77 +549,152 @@ def _rounding(dt: DType, n: int) -> float:
     return (n + 8) * float(torch.finfo(dt.torch).eps) if dt.is_float else 0.0
 
 
-# Ops that compute a NaN wherever any input element an output element depends on is NaN
-# (Sign is not one: sign(NaN) = 0; nor are Pow, x^0 = 1, comparisons, Where, casts to
-# integers). Run on a probe, they tell which output elements are the same in every execution.
-_PROBE_OPS = (
-    (set(_UNARY) - {"Sign"})
-    | _KEEP_ALL
-    | {
-        "Clip", "Slice", "Split2", "Split3", "Concat2", "Concat3", "Concat4", "PadConstant", "PadReflect",
-        "PadReplicate", "Tril", "Triu", "ReduceMin", "ReduceMax", "ReduceSum", "ReduceMean", "CumSum", "Add", "Sub",
-        "Mul", "Div", "Max", "Min", "MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d", "AdaptiveMaxPool2d",
-        "AdaptiveAvgPool2d", "Interpolate",
-    }
-)  # fmt: skip
-_ARITHMETIC = (set(_UNARY) - {"Relu", "Floor", "Ceil", "Round", "Neg", "Abs"}) | {
-    "Clip", "ReduceSum", "ReduceMean", "CumSum", "Add", "Sub", "Mul", "Div", "AvgPool1d", "AvgPool2d",
-    "AdaptiveAvgPool2d", "Interpolate",
+# -- per-element bounds ("boxes") -----------------------------------------------------------
+
+# Ops monotone (non-decreasing) in every input, element by element: run on the inputs'
+# lower bounds they give the output's lower bounds, on the upper bounds its upper bounds.
+# Those that only move, pick or zero elements (`_MOVES`) are exact in any dtype.
+_MOVES = (_KEEP_ALL | _SUBSET | {
+    "Concat2", "Concat3", "Concat4", "PadConstant", "PadReflect", "PadReplicate", "Tril", "Triu", "ReduceMax",
+    "ReduceMin", "MaxPool1d", "MaxPool2d", "AdaptiveMaxPool2d", "Max", "Min", "Relu", "Floor", "Ceil", "Round",
+    "Clip", "Sign",
+}) - {"Interpolate", "TopK", "IndexSelect", "GatherElements"}  # fmt: skip
+_MONOTONE = _MOVES | {
+    "ReduceSum", "ReduceMean", "CumSum", "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool2d", "Interpolate", "Add",
+    "LeakyRelu", "Elu", "Selu", "Sigmoid", "Tanh", "Atan", "Erf", "Softsign", "HardSigmoid", "Exp", "Log", "Log2",
+    "Sqrt", "Asin",
 }  # fmt: skip
-# Ops whose output holds elements independent of the input: a probe starts there.
-_PROBE_SOURCES = {"PadConstant", "Tril", "Triu"}
+_DECREASING = {"Neg": "Neg", "Acos": "Acos"}
+# Ops whose output holds elements the same in every execution (padding, a zeroed triangle):
+# boxes start there and are followed while they say more than the value's range.
+_BOX_SOURCES = {"PadConstant", "Tril", "Triu"}
+Box = tuple[torch.Tensor, torch.Tensor]
 
 
-def _probe(inst: Inst, a, ins: list[Range], outs: list[Range]) -> list[Range]:
-    """`outs` with the elements that are the same in every execution: computed by running
-    the op (in its own dtypes) on its inputs' probes, with NaN for every element not known;
-    a known element of the output is one no NaN reached. Such elements' values are
-    certainly taken; if every element is known, they are all the values there are."""
-    outs = [replace(r, probe=None) if r.probe is not None else r for r in outs]  # only the op's own
-    if inst.op not in _PROBE_OPS or inst.op == "Interpolate" and a.mode == "bicubic":
-        return outs
-    if not (inst.op in _PROBE_SOURCES or any(r.probe is not None for r in ins)):
-        return outs
+def _whole(t, r: Range, dt: torch.dtype) -> Box:
+    """The box of a value known only by its range. (A bound rounded to dt still bounds
+    the values dt holds; one beyond dt's range becomes an infinity.)"""
+    lo, hi = (torch.tensor(b, dtype=torch.float64).to(dt).expand(t.shape) for b in (r.lo, r.hi))
+    return lo, hi
+
+
+def _clean(lo: torch.Tensor, hi: torch.Tensor) -> Box:
+    """Bounds with NaN (0 * inf, inf - inf) read as no bound."""
+    return lo.nan_to_num(nan=-math.inf), hi.nan_to_num(nan=math.inf)
+
+
+def _box_of(inst: Inst, a, ins: list[Range]) -> list[Box] | None:
+    """Per-element bounds of the outputs of `inst`, from its inputs' boxes (or ranges)."""
+    name = inst.op
+    if name == "Interpolate" and a.mode == "bicubic":
+        return None
     types = a["in_types"]
-    if not all(t.dtype.is_float for t in types):
-        return outs
-    # Ops that only move or select elements are exact in any float dtype: float16's slow
-    # CPU kernels (Tril takes milliseconds) are avoided by running them in float32.
-    moves = inst.op not in _ARITHMETIC
-    xs = []
+    if not all(t.dtype.is_float for t in types) and not (
+        name in _MOVES and all(t.dtype is not DType.bool for t in types)
+    ):
+        return None
+    boxes = []
     for t, r in zip(types, ins):
-        dt = torch.float32 if moves and t.dtype is DType.float16 else t.dtype.torch
-        if r.probe is not None:
-            xs.append(r.probe.to(dt))
+        # Moves are exact in any dtype: float16's slow CPU kernels (Tril takes
+        # milliseconds) run in float32, integers in float64 (exact below 2**53).
+        if name in _MOVES:
+            dt = torch.float32 if t.dtype is DType.float16 else (t.dtype.torch if t.dtype.is_float else torch.float64)
         else:
-            xs.append(torch.full(t.shape, r.lo if _point(r) else math.nan, dtype=dt))
+            dt = t.dtype.torch
+        boxes.append(_whole(t, r, dt) if r.box is None else (r.box[0].to(dt), r.box[1].to(dt)))
+    fwd = op_by_name(name).forward
+    dom = _UNARY.get(name, (None, None, None))[2]
     try:
         with torch.no_grad():
-            res = op_by_name(inst.op).forward(a, *xs)
+            if name in _MONOTONE:
+                if dom is not None:  # valid executions keep the input in the domain
+                    boxes = [(lo.clamp(dom[0], dom[1]), hi.clamp(dom[0], dom[1])) for lo, hi in boxes]
+                los, his = fwd(a, *(lo for lo, _ in boxes)), fwd(a, *(hi for _, hi in boxes))
+            elif name in _DECREASING:
+                (lo, hi), = boxes
+                if dom is not None:
+                    lo, hi = lo.clamp(dom[0], dom[1]), hi.clamp(dom[0], dom[1])
+                los, his = fwd(a, hi), fwd(a, lo)
+            elif name == "Abs":
+                (lo, hi), = boxes
+                los = torch.where(lo >= 0, lo, torch.where(hi <= 0, -hi, torch.zeros_like(lo)))
+                his = torch.maximum(lo.abs(), hi.abs())
+            elif name == "Sub":
+                (p_lo, p_hi), (q_lo, q_hi) = boxes
+                los, his = fwd(a, p_lo, q_hi), fwd(a, p_hi, q_lo)
+            elif name in ("Mul", "PReLU"):
+                # Bilinear in its two inputs (PReLU: max(0, x) + w * min(0, x)): its extremes
+                # over a box are at the corners.
+                (x_lo, x_hi), (w_lo, w_hi) = boxes
+                if name == "PReLU":
+                    base = (torch.relu(x_lo), torch.relu(x_hi))
+                    x_lo, x_hi = x_lo.clamp(max=0), x_hi.clamp(max=0)
+                corners = [fwd(a, x, w) for x in (x_lo, x_hi) for w in (w_lo, w_hi)]
+                corners = [c.nan_to_num(nan=math.nan) for c in corners]
+                los = torch.stack(torch.broadcast_tensors(*corners)).amin(0)
+                his = torch.stack(torch.broadcast_tensors(*corners)).amax(0)
+                if any(bool(c.isnan().any()) for c in corners):  # 0 * inf: no bound there
+                    nan = torch.stack(torch.broadcast_tensors(*[c.isnan() for c in corners])).any(0)
+                    los, his = los.masked_fill(nan, -math.inf), his.masked_fill(nan, math.inf)
+                if name == "PReLU":
+                    los, his = los + base[0], his + base[1]
+            else:
+                return None
     except (RuntimeError, IndexError, ValueError, TypeError):
+        return None
+    los = list(los) if isinstance(los, tuple | list) else [los]
+    his = list(his) if isinstance(his, tuple | list) else [his]
+    return [_clean(lo, hi) for lo, hi in zip(los, his)]
+
+
+def _boxes(inst: Inst, a, ins: list[Range], outs: list[Range]) -> list[Range]:
+    """`outs` sharpened by per-element bounds, where some input has a box or the op makes
+    one. What a box tells: the output's bounds are the boxes' extremes; some element is at
+    most the least upper bound (and at least the greatest lower bound); elements whose two
+    bounds meet hold that value in every execution (an Inf there means every execution
+    has one)."""
+    outs = [replace(r, box=None) if r.box is not None else r for r in outs]  # only the op's own
+    if not (inst.op in _BOX_SOURCES or any(r.box is not None for r in ins)):
         return outs
-    res = list(res) if isinstance(res, tuple | list) else [res]
-    probed = []
+    got = _box_of(inst, a, ins)
+    if got is None:
+        return outs
     src = next((x.src for x in ins if x.src), "") or inst.op
-    for r, p in zip(outs, res):
-        if not p.is_floating_point():
-            probed.append(r)
-            continue
-        whole_lo, whole_hi = (float(c) for c in torch.aminmax(p))  # NaN if any element is not known
-        if math.isfinite(whole_lo) and math.isfinite(whole_hi):  # every element known: the values there are
-            taken = torch.unique(p.double())
-            probed.append(_of_values([float(c) for c in taken], r.src or src) if len(taken) <= MAX_VALUES else r)
-            continue
-        # NaN is neither <= nor >= anything: the known elements' extremes, in two passes.
-        lo = float(p.nan_to_num(nan=math.inf).min())
-        hi = float(p.nan_to_num(nan=-math.inf).max())
-        if math.isinf(lo) and lo < 0 or math.isinf(hi) and hi > 0:
+    boxed = []
+    for r, (lo, hi), t in zip(outs, got, a["out_types"]):
+        known = lo == hi
+        lo_min, lo_max = (float(c) for c in torch.aminmax(lo))
+        hi_min, hi_max = (float(c) for c in torch.aminmax(hi))
+        if lo_max == math.inf or hi_min == -math.inf:
             raise _Infeasible(f"{inst.op} <- {src}: Inf in every execution")
-        if math.isinf(lo):  # none known
-            probed.append(r)
+        if bool(known.all()):  # every element known: the values there are
+            taken = torch.unique(lo.double())
+            boxed.append(_of_values([float(c) for c in taken], r.src or src) if len(taken) <= MAX_VALUES else r)
             continue
-        probed.append(replace(r, forced=r.forced | {lo, hi}, probe=p, src=r.src or src))
-    return probed
+        if lo_min == lo_max and hi_min == hi_max and lo_min < hi_min:  # the same bounds everywhere: no box
+            boxed.append(replace(r, lo=max(r.lo, lo_min), hi=min(r.hi, hi_max)))
+            continue
+        forced = r.forced
+        if bool(known.any()):
+            k_lo, k_hi = (float(c) for c in torch.aminmax(lo[known]))
+            forced = forced | {k_lo, k_hi}
+        if t.dtype.is_float or t.dtype is DType.bool:
+            store = (lo, hi)
+        else:  # bounds of integers are whole numbers: kept in float64
+            store = (lo.double(), hi.double())
+        boxed.append(
+            replace(
+                r,
+                lo=max(r.lo, lo_min),
+                hi=min(r.hi, hi_max),
+                forced=forced,
+                below=min(r.below, hi_min),
+                above=max(r.above, lo_max),
+                box=store,
+                src=r.src or src,
+            )
+        )
+    return boxed
 
 
 def _summands(name: str, a) -> int:
@@ -647,6 +734,8 @@ def _transfer(inst: Inst, a, ins: list[Range], out_types) -> list[Range]:
         src = next(r.src for r in ins if _zero(r))
         return [_constant(0.0, src or f"{name} of 0")]
     if name in _UNARY or name == "Clip":
+        if name in ("Neg", "Abs") and not out_types[0].dtype.is_float and x.lo <= tops[0].lo:
+            return tops  # the most negative integer has no negation: it wraps to itself
         return [_unary(name, x, a)]
     if name.startswith("Cast"):
         return [_cast(spec.target, x)]
@@ -694,6 +783,8 @@ def _transfer(inst: Inst, a, ins: list[Range], out_types) -> list[Range]:
         shape = tuple(a["in_types"][0].shape)
         if not _triangle_zeros(name, a, shape):
             return [x]
+        if not _triangle_keeps(name, a, shape):
+            return [_constant(0.0, f"{name}(diagonal={a.diagonal}) zeroing everything")]
         zeros = _union([x, _constant(0.0, "")])
         return [Range(min(x.lo, 0.0), max(x.hi, 0.0), frozenset({0.0}), integral=x.integral, src=name, values=zeros)]
     if name in ("Softmax", "LogSoftmax"):
@@ -730,6 +821,8 @@ def _transfer(inst: Inst, a, ins: list[Range], out_types) -> list[Range]:
         src = ""
         if name == "Mul" and (0.0 in p.forced or 0.0 in q.forced):
             forced, src = frozenset({0.0}), (p.src if 0.0 in p.forced else q.src)
+        if not out_types[0].dtype.is_float and (lo < tops[0].lo or hi > tops[0].hi):
+            return tops  # integers wrap around: 0 - 1 is 255 in uint8
         return [Range(lo, hi, forced, integral=integral, src=src)]
     if name == "Where":
         return [replace(_hull(ins[1:]), values=_union(ins[1:]))]
@@ -744,6 +837,11 @@ def _transfer(inst: Inst, a, ins: list[Range], out_types) -> list[Range]:
         return [out]
     if name == "ReduceMean":
         return [Range(x.lo, x.hi, src=x.src)]
+    if name == "PReLU":  # x where x >= 0, w * x elsewhere: 0 stays 0, the sign stays
+        forced = frozenset({0.0}) & x.forced
+        if x.lo >= 0:
+            return [replace(x, box=None)]
+        return [Range(-INF if x.lo < 0 else 0.0, max(x.hi, 0.0), forced, src=x.src if forced else "")]
     if name in ("ArgMax", "ArgMin"):
         t = a["in_types"][0]
         n = math.prod(t.shape) if a.axis is None else t.shape[a.axis]
@@ -842,6 +940,19 @@ def _exact_only(graph: GraphIR, producers: dict[int, Inst], inst: Inst, ins: lis
     return f"{inst.op} <- {_producers(graph, inst.inputs[0])}: valid only where {kind} v{leaf} is exactly {c:g}"
 
 
+def _keeps_even(inst: Inst) -> bool:
+    """Whether the op, on inputs whose elements are each all equal, makes equal elements."""
+    name = inst.op
+    return (
+        name in _KEEP_ALL
+        or name in _SUBSET
+        or name in _POINTWISE_UNARY
+        or name in _POINTWISE_NARY
+        or name.startswith("Cast")
+        or name in ("ReduceMax", "ReduceMin", "ReduceMean")
+    )  # not Concat: its parts may differ
+
+
 # Ops each of whose output elements is one of the input's elements.
 _PICKS = _KEEP_ALL | _SUBSET | {"ReduceMax", "ReduceMin", "MaxPool1d", "MaxPool2d", "AdaptiveMaxPool2d"}
 
@@ -900,6 +1011,9 @@ def analyze(graph: GraphIR) -> tuple[str | None, dict[int, Range]]:
     env: dict[int, Range] = {v: _dtype_range(graph.types[v].dtype) for v in (*graph.inputs, *graph.weights)}
     producers = {v: inst for inst in graph.insts for v in inst.outputs}
     order = _Order()
+    # Values whose elements are all equal (one element, or made from such by ops that
+    # keep that): ArgMax and ArgMin of them pick index 0 (the first of equal values).
+    even = {v for v, t in enumerate(graph.types) if math.prod(t.shape) == 1}
     for inst in graph.insts:
         a = graph.attrs(inst)
         ins = [env[v] for v in inst.inputs]
@@ -927,7 +1041,12 @@ def analyze(graph: GraphIR) -> tuple[str | None, dict[int, Range]]:
                 ins = [env[v] for v in inst.inputs]
             if inst.op in ("MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d") and _all_padding_window(inst.op, a):
                 return f"{inst.op}: a window lies wholly in the padding", env
-            outs = _probe(inst, a, ins, _transfer(inst, a, ins, [graph.types[v] for v in inst.outputs]))
+            if inst.op in ("ArgMax", "ArgMin") and inst.inputs[0] in even:
+                outs = [_constant(0.0, f"{inst.op} of equal values")]
+            else:
+                outs = _boxes(inst, a, ins, _transfer(inst, a, ins, [graph.types[v] for v in inst.outputs]))
+            if inst.inputs and all(v in even for v in inst.inputs) and _keeps_even(inst):
+                even.update(inst.outputs)
             outs[:1] = [order.decide(inst, outs[0])] if outs else []
             order.track(inst, a)
         except _Infeasible as e:
