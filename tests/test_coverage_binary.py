@@ -217,3 +217,14 @@ def test_measuring_thread_is_fresh_and_the_import_thread_ends(local: BinaryColle
     assert local.call(threading.get_native_id) == locate["tid"]
     importer._thread.join(10)
     assert not importer._thread.is_alive()
+
+
+def test_only_backends_in_the_followed_module_run_on_the_measuring_thread(local: BinaryCollector) -> None:
+    """TVM's code is not in ORT's module: following it counts nothing, and code TVM generates at
+    reused addresses could run as stale translations; it runs where it is called."""
+    assert local.native("tvm") and local.native("trt")
+    assert not local.native("ort") and not local.native("faulty_backends:Segfault")  # ORT underneath
+    assert not local.native("nowhere:Nothing")  # a backend that does not say is followed
+    here = threading.get_native_id()
+    assert local.call(threading.get_native_id, "tvm") == here
+    assert local.call(threading.get_native_id, "ort") == local.thread.tid != here

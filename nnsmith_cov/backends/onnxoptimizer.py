@@ -46,6 +46,7 @@ def import_instrumented() -> Any:
 
 class OnnxoptimizerBackend:
     name = "onnxoptimizer"
+    native_module = "onnx_opt_cpp2py_export*"
 
     def __init__(self) -> None:
         self._module: Any = None

@@ -11,6 +11,7 @@ from nnsmith_cov.backends.base import Opt, Stage, import_problem, module_version
 
 class OrtBackend:
     name = "ort"
+    native_module = "onnxruntime_pybind11_state*"  # all of ORT is linked into it (the binary collector's default)
 
     def unavailable(self) -> str | None:
         return import_problem("onnxruntime")

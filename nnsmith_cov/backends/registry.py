@@ -24,7 +24,22 @@ def check_spec(spec: str) -> str:
     raise ValueError(f"unknown backend {spec!r} (built in: {', '.join(BUILTIN)}; or module:Class)")
 
 
+def backend_class(spec: str) -> type:
+    """The class `spec` names (importing its module, not the system it drives); ImportError or
+    AttributeError if it cannot be found."""
+    module, _, cls = BUILTIN.get(spec, spec).partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
 def load_backend(spec: str) -> Backend:
     """An instance of the backend `spec` names; ImportError/AttributeError if it cannot be found."""
-    module, _, cls = BUILTIN.get(spec, spec).partition(":")
-    return getattr(importlib.import_module(module), cls)()
+    return backend_class(spec)()
+
+
+def native_module(spec: str) -> str | None:
+    """The file-name glob of the shared object holding the backend's compiled code (its class's
+    `native_module`), or None when it does not say or cannot be found."""
+    try:
+        return getattr(backend_class(spec), "native_module", None)
+    except (ImportError, AttributeError):
+        return None

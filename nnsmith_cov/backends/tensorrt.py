@@ -43,6 +43,7 @@ def _logger() -> Any:
 
 class TensorrtBackend:
     name = "trt"
+    native_module = "libnvinfer*"
 
     def unavailable(self) -> str | None:
         problem = import_problem("tensorrt")

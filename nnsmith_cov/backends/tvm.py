@@ -33,6 +33,7 @@ _O0_CONFIG = {"tirx.disable_vectorize": True, "tirx.disable_cse_tir": True, "tir
 
 class TvmBackend:
     name = "tvm"
+    native_module = "libtvm*"  # and the code it generates for each model, at addresses it reuses
 
     def unavailable(self) -> str | None:
         return import_problem("tvm", "tvm.relax.frontend.onnx")

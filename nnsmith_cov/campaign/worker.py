@@ -85,9 +85,10 @@ class Worker:
         if ask is None:
             self.collector_error = f"{collector.name} collector: needs a parent that attaches to the worker"
             return self._load_backends(specs)
-        # A composite's natively measured backends (TVM) load first, here: importing TVM after the
-        # agent began following the measuring thread leaves that thread unfollowed (no blocks counted).
-        native = [s for s in specs if getattr(collector, "claimed", lambda _: False)(s)]
+        # Backends that run natively (TVM: measured by a composite's python part, or outside the
+        # followed module) load first, here: importing TVM after the agent began following the
+        # measuring thread leaves that thread unfollowed (no blocks counted).
+        native = [s for s in specs if getattr(collector, "native", lambda _: False)(s)]
         self._load_backends(native)
         followed = [s for s in specs if s not in native]
         answer = ask(collector.follow_request())
@@ -189,9 +190,9 @@ class Worker:
         from nnsmith_cov.coverage.self_check import compare_runs, fixed_model
 
         onnx_bytes, inputs = fixed_model()
-        claimed = getattr(self.collector, "claimed", lambda _: False)  # a composite's natively measured ones
+        native = getattr(self.collector, "native", lambda _: False)  # run where called: nothing to compare
         for spec, backend in self.backends.items():
-            if claimed(spec):
+            if native(spec):
                 continue
             run = lambda b=backend: b.run(b.compile(b.load(onnx_bytes), Opt.OPT), inputs)
             assert self.collector is not None

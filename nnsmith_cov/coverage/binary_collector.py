@@ -247,8 +247,20 @@ class BinaryCollector:
             self._universe = self.layout.universe()
         return self._universe
 
+    def native(self, backend: str) -> bool:
+        """`backend` is known to run its code outside the followed module (TVM beside ORT's
+        module): its calls run natively where they are made. Following it would count nothing,
+        and code it generates at run time at reused addresses could run as stale translations
+        (blocks are trusted once compiled). Backends that do not say are followed."""
+        from nnsmith_cov.backends.registry import native_module
+
+        glob = native_module(backend) if backend else None
+        return glob is not None and not fnmatch(os.path.basename(self.path), glob)
+
     def call(self, fn: Callable[[], T], backend: str = "") -> T:
-        """Run `fn` on the measuring thread (every backend: this collector alone routes nothing)."""
+        """Run `fn` on the measuring thread, unless it is a call into a `native` backend."""
+        if backend and self.native(backend):
+            return fn()
         if self._retired is not None:
             self._retired.retire()
             self._retired = None

@@ -9,9 +9,10 @@ them again (`Universe.split`).
 Threads decide who sees what. coverage.py traces the worker's main thread; the binary
 collector's agent follows its own measuring thread. So each backend call is routed:
 a backend whose Python package a thread-less part measures (`claims`: TVM for the
-python part) runs where it is called, on the main thread; every other backend (ORT)
-runs on the measuring thread, where the agent counts its blocks and the Python tracer
-does not look. Calibration and masking concern the threaded part only.
+python part), or whose code the threaded part does not follow (its `native`), runs
+where it is called, on the main thread; every other backend (ORT) runs on the
+measuring thread, where the agent counts its blocks and the Python tracer does not
+look. Calibration and masking concern the threaded part only.
 """
 
 from __future__ import annotations
@@ -98,14 +99,16 @@ class FollowedComposite(CompositeCollector):
         part = u.parts[self.index]
         return part.start, part.stop
 
-    def claimed(self, backend: str) -> bool:
-        """A thread-less part measures this backend where it is called."""
-        return bool(backend) and any(
-            getattr(p, "claims", lambda _: False)(backend) for p in self.parts if p is not self.threaded
+    def native(self, backend: str) -> bool:
+        """Calls into this backend run where they are made: a thread-less part measures it there,
+        or the threaded part would not follow it anyway."""
+        return bool(backend) and (
+            any(getattr(p, "claims", lambda _: False)(backend) for p in self.parts if p is not self.threaded)
+            or getattr(self.threaded, "native", lambda _: False)(backend)
         )
 
     def call(self, fn: Callable[[], T], backend: str = "") -> T:
-        return fn() if self.claimed(backend) else self.threaded.call(fn)
+        return fn() if self.native(backend) else self.threaded.call(fn)
 
     def follow_request(self) -> dict[str, Any]:
         return self.threaded.follow_request()
