@@ -3,6 +3,8 @@ comparisons, logic, bitwise), Where."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 import torch.nn.functional as F
 
@@ -430,26 +432,24 @@ class BitwiseAnd(Broadcast):
         return torch.bitwise_and(*integers(x, y))
 
 
-class BitwiseOr(Broadcast):
-    """Exported as ONNX BitwiseOr: the exporter takes bitwise_or of booleans only."""
+class _BitwiseNode(Broadcast):
+    """`torch_fn` exported as the ONNX node `onnx_op`: the exporter takes it of booleans only."""
 
     sigs = same(INTS, 2)
     min_opset = 18
+    onnx_op: ClassVar[str]
 
-    @staticmethod
-    def forward(a: Attrs, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return as_node(torch.bitwise_or, "BitwiseOr", integers(x, y))
+    @classmethod
+    def forward(cls, a: Attrs, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return as_node(cls.torch_fn, cls.onnx_op, integers(x, y))
 
 
-class BitwiseXor(Broadcast):
-    """Exported as ONNX BitwiseXor: the exporter takes bitwise_xor of booleans only."""
+class BitwiseOr(_BitwiseNode):
+    torch_fn, onnx_op = torch.bitwise_or, "BitwiseOr"
 
-    sigs = same(INTS, 2)
-    min_opset = 18
 
-    @staticmethod
-    def forward(a: Attrs, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return as_node(torch.bitwise_xor, "BitwiseXor", integers(x, y))
+class BitwiseXor(_BitwiseNode):
+    torch_fn, onnx_op = torch.bitwise_xor, "BitwiseXor"
 
 
 class BitShift(Broadcast):

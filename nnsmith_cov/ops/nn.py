@@ -627,27 +627,17 @@ class PixelUnshuffle(Layer):
         return F.pixel_unshuffle(x, a.factor)
 
 
-class SpaceToDepth(Layer):
+class SpaceToDepth(PixelUnshuffle):
     """[N, C, H*r, W*r] -> [N, r*r*C, H, W] with the offset in the block outermost in the
     channels (ONNX SpaceToDepth; PixelUnshuffle puts it innermost and exports as
     Reshape/Transpose)."""
 
     sigs = same(ALL)
-    in_ranks = ((4,),)
-    attrs = {"block": SIZE}
-
-    def requires(self, x: list[AbsTensor]) -> list[z3.BoolRef]:
-        return [multiple(self, f"out{i}", d, self.block)[1] for i, d in enumerate(x[0].shape[2:])]
-
-    def type_transfer(self, x: list[AbsTensor]) -> list[AbsTensor]:
-        n, c, h, w = x[0].shape
-        r = self.block
-        return [AbsTensor([n, r * r * c, multiple(self, "out0", h, r)[0], multiple(self, "out1", w, r)[0]], x[0].dtype)]
 
     @staticmethod
     def forward(a: Attrs, x: torch.Tensor) -> torch.Tensor:
         n, c, h, w = a.in_types[0].shape
-        r = a.block
+        r = a.factor
 
         def blocks(t: torch.Tensor) -> torch.Tensor:
             t = t.reshape(n, c, h // r, r, w // r, r).permute(0, 3, 5, 1, 2, 4)
