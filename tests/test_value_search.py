@@ -720,6 +720,29 @@ def test_structural_constants_are_known():
     assert prove_infeasible(_net([m, w], prelu)) is not None
 
 
+@pytest.mark.parametrize("spread_bound, proven", [(True, True), (False, False)])
+def test_a_softmax_of_close_inputs_never_underflows(spread_bound, proven):
+    # Ceil(Acos(x)) lies in [0, 4]: every Softmax entry over 6 of them is at least
+    # 1 / (1 + 5 e^4) > 0, so Exp of any entry (a Slice keeps only bounds) exceeds 1 and
+    # Asin refuses it. Of unbounded inputs, an entry may underflow to 0 and Exp be 1.
+    v, part = ((3, 6), DType.float64), ((3, 2), DType.float64)
+    head = [("Acos", {}, (0,), v), ("Ceil", {}, (1,), v)] if spread_bound else []
+    k = len(head)
+    body = [
+        *head,
+        ("Softmax", {"dim": 1}, (k,), v),
+        ("Exp", {}, (k + 1,), v),
+        (
+            "Slice",
+            {"start0": 0, "end0": 2, "axes": [1], "start_from": ["front"], "end_from": ["front"], "steps": [1]},
+            (k + 2,),
+            part,
+        ),
+        ("Asin", {}, (k + 3,), part),
+    ]
+    assert (prove_infeasible(_net([v], body)) is not None) == proven
+
+
 def test_a_value_and_its_overall_maximum_are_ordered():
     # Less(max(x), x) is False everywhere: Reciprocal of it cast is 1/0. x - max(x) <= 0:
     # Log of it has no valid input. max(x) - x >= 0 under a Sqrt is fine.

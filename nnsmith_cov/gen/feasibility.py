@@ -20,10 +20,13 @@ NaN/Inf output, and casts from floats to integers stay in range):
 
 - bounds, `integral`: every element lies in [lo, hi] (and is a whole number);
 - `forced`: each of these values is taken by some element;
-- `below` / `above`: some element is <= below, some is >= above. Non-monotone
-  ops (Sin, Cos, Abs, Gelu, HardSwish) carry them through the image of the
-  interval the element lies in: LogSoftmax's largest entry of each slice is in
-  [-log n, 0] (less rounding), so Sin of it is <= 0;
+- `below` / `above`: some element is <= below, some is >= above (a Softmax
+  slice's largest entry is at least 1/n; the bounds also tighten: of inputs
+  within a spread d, every Softmax entry is at least 1 / (1 + (n - 1) e^d), so
+  Softmax of Ceil(Acos(x)) is never 0). Non-monotone ops (Sin, Cos, Abs, Gelu,
+  HardSwish) carry these facts through the image of the interval the element
+  lies in: LogSoftmax's largest entry of each slice is in [-log n, 0] (less
+  rounding), so Sin of it is <= 0;
 - `values`: every element is one of these (a few values: booleans, Floor or
   Sign of a bounded value, ArgMax over few entries). Pointwise ops on inputs
   with known sets are run on every combination, with the op's own forward, so
@@ -76,6 +79,8 @@ from nnsmith_cov.ops import op_by_name
 
 INF = math.inf
 SLACK = 1e-3  # distance from a domain bound a "certainly reached" value must keep (float rounding)
+# ... by the dtype the op computes in: float16 rounds at 1e-3 per op, float64 at 1e-16.
+_SLACKS = {DType.float16: SLACK, DType.float32: 1e-5, DType.float64: 1e-9}
 
 
 @dataclass(frozen=True)
@@ -611,12 +616,12 @@ def _box_of(inst: Inst, a, ins: list[Range]) -> list[Box] | None:
                     boxes = [(lo.clamp(dom[0], dom[1]), hi.clamp(dom[0], dom[1])) for lo, hi in boxes]
                 los, his = fwd(a, *(lo for lo, _ in boxes)), fwd(a, *(hi for _, hi in boxes))
             elif name in _DECREASING:
-                (lo, hi), = boxes
+                ((lo, hi),) = boxes
                 if dom is not None:
                     lo, hi = lo.clamp(dom[0], dom[1]), hi.clamp(dom[0], dom[1])
                 los, his = fwd(a, hi), fwd(a, lo)
             elif name == "Abs":
-                (lo, hi), = boxes
+                ((lo, hi),) = boxes
                 los = torch.where(lo >= 0, lo, torch.where(hi <= 0, -hi, torch.zeros_like(lo)))
                 his = torch.maximum(lo.abs(), hi.abs())
             elif name == "Sub":
@@ -795,9 +800,14 @@ def _transfer(inst: Inst, a, ins: list[Range], out_types) -> list[Range]:
         # The entries of each slice average 1/n: some entry is at most 1/n, some at least
         # 1/n (less the rounding of an n-term sum), and so for their logs.
         slack = _rounding(out_types[0].dtype, n)
+        # Inputs within a spread d of each other: every entry is at least 1 / (1 + (n - 1) e^d)
+        # (a Softmax of Ceil(Acos(x)), spread 4, never underflows to 0).
+        spread = x.hi - x.lo
+        least = 1 / (1 + (n - 1) * math.exp(spread)) * (1 - slack) if spread < 600 else 0.0
         if name == "Softmax":
-            return [Range(0.0, 1.0, below=1.0 / n, above=(1.0 / n) * (1 - slack), src="Softmax")]
-        return [Range(-INF, 0.0, below=-math.log(n), above=-math.log(n) - 2 * slack, src="LogSoftmax")]
+            return [Range(least, 1.0, below=1.0 / n, above=(1.0 / n) * (1 - slack), src="Softmax")]
+        floor = math.log(least) - 2 * slack if least > 0 else -INF
+        return [Range(floor, 0.0, below=-math.log(n), above=-math.log(n) - 2 * slack, src="LogSoftmax")]
     if len(inst.inputs) == 2 and inst.inputs[0] == inst.inputs[1]:  # an op on one value twice
         same = {"Sub": 0.0, "Xor": 0.0, "Greater": 0.0, "Less": 0.0, "Equal": 1.0}
         if name in same:
@@ -856,6 +866,7 @@ def _violation(name: str, a, ins: list[Range], producer: Callable[[int], str]) -
     reads "Op <- origin: what", the origin being the op the decisive fact came from
     (or, for plain bounds, `producer(i)`: the ops producing input i, named only then)."""
     x = ins[0] if ins else Range()
+    slack = _SLACKS.get(a["in_types"][0].dtype, SLACK) if ins else SLACK
 
     def why(r: Range, what: str) -> str:
         i = ins.index(r)
@@ -863,15 +874,15 @@ def _violation(name: str, a, ins: list[Range], producer: Callable[[int], str]) -
 
     if name in ("Log", "Log2") and x.certainly_le(0.0):
         return why(x, "input never all positive")
-    if name == "Sqrt" and x.certainly_le(-SLACK) or name == "Sqrt" and any(c < 0 for c in x.forced):
+    if name == "Sqrt" and x.certainly_le(-slack) or name == "Sqrt" and any(c < 0 for c in x.forced):
         return why(x, "input never all non-negative")
     if name == "Reciprocal" and (0.0 in x.forced or x.lo == x.hi == 0):
         return why(x, "input always holds a 0")
     if name == "Div" and (0.0 in ins[1].forced or ins[1].lo == ins[1].hi == 0):
         return why(ins[1], "divisor always holds a 0")
-    if name in ("Asin", "Acos") and (x.certainly_le(-1 - SLACK) or x.certainly_ge(1 + SLACK)):
+    if name in ("Asin", "Acos") and (x.certainly_le(-1 - slack) or x.certainly_ge(1 + slack)):
         return why(x, "input never all within [-1, 1]")
-    if name == "Pow" and x.certainly_le(-SLACK) and not ins[1].integral:
+    if name == "Pow" and x.certainly_le(-slack) and not ins[1].integral:
         return why(x, "base never all positive (valid only where the exponent is a whole number)")
     return None
 
