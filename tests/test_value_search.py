@@ -743,6 +743,74 @@ def test_a_softmax_of_close_inputs_never_underflows(spread_bound, proven):
     assert (prove_infeasible(_net([v], body)) is not None) == proven
 
 
+def test_rising_ops_norms_and_nan_tests_are_modelled():
+    # Celu of a Relu is >= 0: minus its mean is <= 0 and Log2 refuses it. Softplus is
+    # positive: Log of it is fine. A norm is >= 0; IsNaN of a valid value is False.
+    v, row = ((4, 6), F32), ((6,), F32)
+    mean = ("ReduceMean", {"axes": [0], "keepdim": False}, (2,), row)
+    celu = [
+        ("Relu", {}, (0,), v),
+        ("Celu", {"alpha": 1.0}, (1,), v),
+        mean,
+        ("Neg", {}, (3,), row),
+        ("Log2", {}, (4,), row),
+    ]
+    assert prove_infeasible(_net([v], celu)) is not None
+    soft = [("Softplus", {}, (0,), v), ("Log", {}, (1,), v)]
+    g = _net([v], soft)
+    assert prove_infeasible(g) is None and search_values(g, 0, "gradient", budget_ms=60_000, max_iters=20).ok
+    norm = [("ReduceL2", {"axes": [0], "keepdim": False}, (0,), row), ("Neg", {}, (1,), row), ("Log", {}, (2,), row)]
+    assert prove_infeasible(_net([v], norm)) is not None
+    nan = [("IsNaN", {}, (0,), ((4, 6), BOOL)), ("CastF32", {}, (1,), v), ("Log", {}, (2,), v)]
+    assert "IsNaN of finite values" in prove_infeasible(_net([v], nan))
+
+
+def test_reciprocals_scatters_and_log_sum_exps_are_bounded():
+    # 1 / Clip(x, -0.5, 0) is at most -2 (x = 0 is no valid execution): Acos refuses it.
+    # A Div of a ScatterValue of 0 holds a 0: Log refuses it. LogSumExp of 18 positive
+    # values is above log 18 > 1: Asin refuses it. Each lookalike is fine.
+    v, col = ((18, 4), F32), ((4,), F32)
+    clip = [("Clip", {"lo": -0.5, "hi": 0.0}, (0,), v), ("Reciprocal", {}, (1,), v), ("Acos", {}, (2,), v)]
+    assert prove_infeasible(_net([v], clip)).startswith("Acos <- Clip(hi=0.0)")
+    clip[0] = ("Clip", {"lo": -2.0, "hi": -0.5}, (0,), v)  # 1/x in [-2, -0.5]: some valid
+    assert prove_infeasible(_net([v], clip)) is None
+    i, one = ((1, 4), DType.int64), ((), F32)
+    scatter = [
+        ("ScatterValue", {"axis": 0, "value": 0.0}, (0, 1), v),
+        ("Div", {}, (3, 2), v),
+        ("Log", {}, (4,), v),
+    ]
+    assert "ScatterValue(value=0.0)" in prove_infeasible(_net([v, i, one], scatter))
+    scatter[0] = ("ScatterValue", {"axis": 0, "value": 2.0}, (0, 1), v)
+    assert prove_infeasible(_net([v, i, one], scatter)) is None
+    lse = [
+        ("Exp", {}, (0,), v),
+        ("ReduceLogSumExp", {"axes": [0], "keepdim": False}, (1,), col),
+        ("Asin", {}, (2,), col),
+    ]
+    assert prove_infeasible(_net([v], lse)).startswith("Asin")
+    lse[0] = ("Neg", {}, (0,), v)  # LogSumExp of any values: may be in [-1, 1]
+    assert prove_infeasible(_net([v], lse)) is None
+
+
+def test_what_a_later_op_needs_of_a_value_reaches_ops_read_before_it():
+    # x is a cast of int8: Log(x) makes it >= 1, Acos(x) <= 1, so x = 1; Reciprocal(Log(x)),
+    # read between the two, is 1/0. Only the second pass, knowing x = 1 where x is made,
+    # sees it. Without the Acos, x = 2 is fine.
+    n, f16 = ((6,), DType.int8), ((6,), DType.float16)
+    body = [
+        ("CastF16", {}, (0,), f16),
+        ("Log", {}, (1,), f16),
+        ("Reciprocal", {}, (2,), f16),
+        ("Acos", {}, (1,), f16),
+    ]
+    g = _net([n], body)
+    assert prove_infeasible(g) is not None
+    g = _net([n], body[:3])
+    assert prove_infeasible(g) is None
+    assert search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=80).ok
+
+
 def test_a_value_and_its_overall_maximum_are_ordered():
     # Less(max(x), x) is False everywhere: Reciprocal of it cast is 1/0. x - max(x) <= 0:
     # Log of it has no valid input. max(x) - x >= 0 under a Sqrt is fine.

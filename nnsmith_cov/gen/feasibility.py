@@ -180,9 +180,21 @@ def _fact(fn, x: float, none: float) -> float:
     return x if x == none else _f(fn, x)
 
 
+# Non-decreasing unary ops with attributes: computed with their own forward.
+_RISING_OPS = {"Softplus", "Asinh", "Celu", "Shrink", "ThresholdedRelu"}
+
+
+def _rising(name: str, a) -> bool:
+    """Whether `name` with attributes `a` is a non-decreasing map (ThresholdedRelu only
+    for a threshold >= 0: below a negative one it lifts x to 0)."""
+    return name in _RISING_OPS and (name != "ThresholdedRelu" or a.alpha >= 0)
+
+
 def _unary(name: str, r: Range, a) -> Range:
     if name == "Clip":
         fn, trend, dom = (lambda t: torch.clamp(t, a.lo, a.hi)), 1, None
+    elif name in _RISING_OPS:
+        fn, trend, dom = (lambda t: op_by_name(name).forward(a, t)), 1, None
     else:
         fn, trend, dom = _UNARY[name]
     lo, hi = r.lo, r.hi
@@ -279,7 +291,7 @@ def _mul_bounds(a: Range, b: Range) -> tuple[float, float]:
 # Every input element appears in the output (reordered, reshaped, repeated).
 _KEEP_ALL = {
     "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Permute", "Roll", "Flip",
-    "Expand", "Tile", "PixelShuffle", "PixelUnshuffle",
+    "Expand", "Tile", "PixelShuffle", "PixelUnshuffle", "SpaceToDepth",
 }  # fmt: skip
 # Output elements are some of the input elements.
 _SUBSET = {"Slice", "IndexSelect", "GatherElements", "Split2", "Split3", "TopK", "Interpolate"}
@@ -561,8 +573,8 @@ def _rounding(dt: DType, n: int) -> float:
 # Those that only move, pick or zero elements (`_MOVES`) are exact in any dtype.
 _MOVES = (_KEEP_ALL | _SUBSET | {
     "Concat2", "Concat3", "Concat4", "PadConstant", "PadReflect", "PadReplicate", "Tril", "Triu", "ReduceMax",
-    "ReduceMin", "MaxPool1d", "MaxPool2d", "AdaptiveMaxPool2d", "Max", "Min", "Relu", "Floor", "Ceil", "Round",
-    "Clip", "Sign",
+    "ReduceMin", "MaxPool1d", "MaxPool2d", "AdaptiveMaxPool2d", "GlobalMaxPool", "Max", "Min", "Relu", "Floor",
+    "Ceil", "Round", "Clip", "Sign",
 }) - {"Interpolate", "TopK", "IndexSelect", "GatherElements"}  # fmt: skip
 _MONOTONE = _MOVES | {
     "ReduceSum", "ReduceMean", "CumSum", "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool2d", "Interpolate", "Add",
@@ -611,7 +623,7 @@ def _box_of(inst: Inst, a, ins: list[Range]) -> list[Box] | None:
     dom = _UNARY.get(name, (None, None, None))[2]
     try:
         with torch.no_grad():
-            if name in _MONOTONE:
+            if name in _MONOTONE or _rising(name, a):
                 if dom is not None:  # valid executions keep the input in the domain
                     boxes = [(lo.clamp(dom[0], dom[1]), hi.clamp(dom[0], dom[1])) for lo, hi in boxes]
                 los, his = fwd(a, *(lo for lo, _ in boxes)), fwd(a, *(hi for _, hi in boxes))
@@ -738,7 +750,7 @@ def _transfer(inst: Inst, a, ins: list[Range], out_types) -> list[Range]:
     if name in ("Mul", "MatMul") and any(_zero(r) for r in ins) or name in ("Div", "PReLU") and _zero(x):
         src = next(r.src for r in ins if _zero(r))
         return [_constant(0.0, src or f"{name} of 0")]
-    if name in _UNARY or name == "Clip":
+    if name in _UNARY or name == "Clip" or _rising(name, a):
         if name in ("Neg", "Abs") and not out_types[0].dtype.is_float and x.lo <= tops[0].lo:
             return tops  # the most negative integer has no negation: it wraps to itself
         return [_unary(name, x, a)]
@@ -836,7 +848,38 @@ def _transfer(inst: Inst, a, ins: list[Range], out_types) -> list[Range]:
         return [Range(lo, hi, forced, integral=integral, src=src)]
     if name == "Where":
         return [replace(_hull(ins[1:]), values=_union(ins[1:]))]
-    if name in ("ReduceMax", "ReduceMin", "MaxPool1d", "MaxPool2d", "AdaptiveMaxPool2d"):
+    if name == "Reciprocal" and (x.lo >= 0 or x.hi <= 0):  # 1/x falls on each side of 0 (never 0)
+        if x.lo >= 0:
+            return [Range(0.0 if x.hi == INF else 1 / x.hi, INF if x.lo == 0 else 1 / x.lo, src=x.src)]
+        return [Range(-INF if x.hi == 0 else 1 / x.hi, 0.0 if x.lo == -INF else 1 / x.lo, src=x.src)]
+    if name == "Div" and 0.0 in x.forced:  # 0 / y = 0 for every valid divisor
+        return [Range(forced=frozenset({0.0}), src=x.src)]
+    if name == "ScatterValue" and math.prod(a["in_types"][1].shape) > 0:  # some position takes the value
+        dt = out_types[0].dtype  # the value as the op writes it into this dtype
+        value = a.value if dt.is_float else int(a.value != 0) if dt is DType.bool else int(a.value)
+        c = float(torch.tensor(value).to(dt.torch).double())
+        integral = x.integral and c.is_integer()
+        src = f"ScatterValue(value={a.value})"
+        return [
+            Range(
+                min(x.lo, c),
+                max(x.hi, c),
+                frozenset({c}),
+                integral=integral,
+                src=src,
+                values=_union([x, _constant(c, "")]),
+            )
+        ]
+    if name == "ReduceLogSumExp":  # max <= log(sum(exp)) <= max + log(n); and >= mean + log(n)
+        n = _summands("ReduceSum", a)
+        lo, hi = x.lo + math.log(n), x.hi + math.log(n)
+        lo, hi = lo - 1e-3 * (1 + abs(lo)), hi + 1e-3 * (1 + abs(hi))  # rounding
+        return [Range(lo if math.isfinite(lo) else -INF, hi if math.isfinite(hi) else INF, src=x.src)]
+    if name in ("IsNaN", "IsInf"):  # a valid execution's inputs are finite
+        return [_constant(0.0, f"{name} of finite values")]
+    if name in ("ReduceL1", "ReduceL2", "ReduceSumSquare") and out_types[0].dtype.is_float:
+        return [Range(0.0, INF, src=x.src)]  # norms and sums of squares
+    if name in ("ReduceMax", "ReduceMin", "MaxPool1d", "MaxPool2d", "AdaptiveMaxPool2d", "GlobalMaxPool"):
         # Each output is one of its window's elements (a window wholly in the padding
         # would give -inf: not a valid execution).
         return [Range(x.lo, x.hi, integral=x.integral, src=x.src, values=x.values)]
@@ -965,7 +1008,9 @@ def _keeps_even(inst: Inst) -> bool:
 
 
 # Ops each of whose output elements is one of the input's elements.
-_PICKS = _KEEP_ALL | _SUBSET | {"ReduceMax", "ReduceMin", "MaxPool1d", "MaxPool2d", "AdaptiveMaxPool2d"}
+_PICKS = (
+    _KEEP_ALL | _SUBSET | {"ReduceMax", "ReduceMin", "MaxPool1d", "MaxPool2d", "AdaptiveMaxPool2d", "GlobalMaxPool"}
+)
 
 
 class _Order:
@@ -1018,8 +1063,36 @@ class _Order:
 
 
 def analyze(graph: GraphIR) -> tuple[str | None, dict[int, Range]]:
-    """Ranges of the values up to the first op proven invalid, and why it is (or None)."""
+    """Ranges of the values up to the first op proven invalid, and why it is (or None).
+
+    Two passes: what the first learns of a value from a later op's domain (Log(x) makes
+    x positive, so its Floor is >= 1) holds in every valid execution, so the second
+    applies it where the value is made, before the ops between read it (a Log of x
+    read before an Acos of x that needs x <= 1 sees x = 1)."""
+    reason, env, learned = _pass(graph, {})
+    if reason is None and learned:
+        reason, env, _ = _pass(graph, learned)
+    return reason, env
+
+
+def _meet(r: Range, known: Range, why: str) -> Range:
+    """r where every element also lies within what `known` says of it."""
+    out = _narrow(r, (known.lo, known.hi, False, False, False), why)
+    if known.values is not None:
+        mine = out.values if out.values is not None else _value_set(out)
+        values = known.values if mine is None else mine & known.values
+        out = _narrow(replace(out, values=values), (known.lo, known.hi, False, False, False), why)
+    return replace(out, integral=out.integral or known.integral)
+
+
+def _pass(graph: GraphIR, hints: dict[int, Range]) -> tuple[str | None, dict[int, Range], dict[int, Range]]:
+    """One pass of the analysis, each value met with its hint; also returns the values a
+    domain refined after they were made (the next pass's hints)."""
     env: dict[int, Range] = {v: _dtype_range(graph.types[v].dtype) for v in (*graph.inputs, *graph.weights)}
+    for v in env:
+        if v in hints:
+            env[v] = hints[v]
+    made = dict(env)
     producers = {v: inst for inst in graph.insts for v in inst.outputs}
     order = _Order()
     # Values whose elements are all equal (one element, or made from such by ops that
@@ -1031,16 +1104,17 @@ def analyze(graph: GraphIR) -> tuple[str | None, dict[int, Range]]:
         if ins and all(_point(r) for r in ins):
             folded = _fold(inst, a, ins)
             if isinstance(folded, str):
-                return folded, env
+                return folded, env, {}
             if folded is not None:
                 env.update(zip(inst.outputs, folded))
+                made.update(zip(inst.outputs, folded))
                 continue
         try:
             if op_by_name(inst.op).vulnerable:
                 reason = _violation(inst.op, a, ins, lambda i, vs=inst.inputs: _producers(graph, vs[i]))
                 reason = reason or _exact_only(graph, producers, inst, ins)
                 if reason is not None:
-                    return reason, env
+                    return reason, env, {}
                 # Every valid execution has this op's inputs in its domain: so do the values
                 # they are made of exactly (a Concat's parts, a Reshape's input, ...), which
                 # later ops may read.
@@ -1051,7 +1125,7 @@ def analyze(graph: GraphIR) -> tuple[str | None, dict[int, Range]]:
                         _pull(env, producers, graph, inst.inputs[i], d, why)
                 ins = [env[v] for v in inst.inputs]
             if inst.op in ("MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d") and _all_padding_window(inst.op, a):
-                return f"{inst.op}: a window lies wholly in the padding", env
+                return f"{inst.op}: a window lies wholly in the padding", env, {}
             if inst.op in ("ArgMax", "ArgMin") and inst.inputs[0] in even:
                 outs = [_constant(0.0, f"{inst.op} of equal values")]
             else:
@@ -1060,10 +1134,13 @@ def analyze(graph: GraphIR) -> tuple[str | None, dict[int, Range]]:
                 even.update(inst.outputs)
             outs[:1] = [order.decide(inst, outs[0])] if outs else []
             order.track(inst, a)
+            why = f"{inst.op}: what later ops need of its output leaves no value"
+            outs = [_meet(r, hints[v], why) if v in hints else r for v, r in zip(inst.outputs, outs)]
         except _Infeasible as e:
-            return str(e), env
+            return str(e), env, {}
         env.update(zip(inst.outputs, outs))
-    return None, env
+        made.update(zip(inst.outputs, outs))
+    return None, env, {v: r for v, r in env.items() if r is not made.get(v)}
 
 
 def _producers(graph: GraphIR, v: int, depth: int = 3) -> str:
