@@ -48,8 +48,8 @@ class GenConfig:
     bin_weights: Mapping[str, Sequence[float]] | None = None
     max_elems: int = 1 << 16
     weight_prob: float = 0.5  # a free placeholder becomes a weight (else a model input)
-    # The ONNX opsets the graph may be exported at: one is drawn (`opset_weights`) among those
-    # every op of the graph exports at; signatures needing more than the highest are not used.
+    # The ONNX opsets the graph may be exported at: one is drawn first (`opset_weights`), then
+    # the graph is built from the signatures that export at it.
     opsets: Sequence[int] = (DEFAULT_OPSET,)
     opset_weights: Mapping[int, float] | None = None
     dynamic_prob: float = 0.0  # the graph's inputs get symbolic dims in the ONNX signature
@@ -152,8 +152,9 @@ class _Node:
 class _Builder:
     """The mutable graph while it is being generated."""
 
-    def __init__(self, cfg: GenConfig, draw: ChoiceSource, solver: BudgetSolver) -> None:
+    def __init__(self, cfg: GenConfig, draw: ChoiceSource, solver: BudgetSolver, opset: int) -> None:
         self.cfg, self.draw, self.solver = cfg, draw, solver
+        self.opset = opset  # the graph is exported at it: only signatures that export there
         self.values: list[_Value] = []
         self.nodes: list[_Node] = []
         self._sym_count = 0
@@ -181,8 +182,8 @@ class _Builder:
 
     # -- insertion -----------------------------------------------------------------
     def exportable(self, op: type[OpSpec] | OpSpec, in_dtype: DType) -> bool:
-        """The op with this first input dtype exports at one of the allowed opsets."""
-        return op.opset_floor(in_dtype) <= max(self.cfg.opsets)
+        """The op with this first input dtype exports at the graph's opset."""
+        return op.opset_floor(in_dtype) <= self.opset
 
     def forward(self, op: OpSpec) -> bool:
         sigs = []
@@ -395,11 +396,17 @@ def _generate(cfg: GenConfig, seed: int, prefix: Sequence[tuple[str, int | float
     draw = ChoiceSource(seed, prefix, stream=stream)
     record = GenRecord(seed=seed, stream=stream)
     solver = BudgetSolver(cfg.timeout_ms, draw.derive_seed("z3.seed"), cfg.check_rlimit, cfg.work_budget)
-    b = _Builder(cfg, draw, solver)
-    # Ops none of whose signatures exports at the allowed opsets could never be inserted.
+    # The opset first, so that it follows its weights: drawn after the graph, among the opsets
+    # all of its ops allow, it would mostly be the newest (one op of ~140 needing 18 is enough).
+    opsets = sorted(set(cfg.opsets))
+    if len(opsets) > 1:  # nothing drawn without a choice: a seed's graph stays as it was
+        weights = [cfg.opset_weights.get(o, 1.0) for o in opsets] if cfg.opset_weights else None
+        opsets = [draw.choice("export.opset", opsets, weights)]
+    b = _Builder(cfg, draw, solver, opsets[0])
+    # Ops none of whose signatures exports at the graph's opset could never be inserted.
     ops = [o for o in cfg.ops if any(b.exportable(o, sig[0][0]) for sig in o.sigs)]
     if not ops:
-        raise GenerationError(f"no operator exports at opsets {sorted(cfg.opsets)}")
+        raise GenerationError(f"no operator exports at opset {b.opset}")
     weights = [cfg.op_weights.get(o.name(), 1.0) for o in ops] if cfg.op_weights else None
     try:
         # The first op and direction are drawn before the first placeholder, whose
@@ -443,8 +450,8 @@ def _generate(cfg: GenConfig, seed: int, prefix: Sequence[tuple[str, int | float
             b.binning(record)
         model = solver.model()
         graph = b.to_graph(model)
-        floor = max(n.op.opset_floor(b.values[n.inputs[0]].tensor.dtype) for n in b.nodes)
-        _plan_export(cfg, draw, graph, floor, record)
+        graph.opset = b.opset
+        _plan_export(cfg, draw, graph, record)
     except SolverTimeout as e:
         raise GenerationError(f"solver budget spent ({e})") from None
     record.solver_checks = solver.checks
@@ -455,19 +462,9 @@ def _generate(cfg: GenConfig, seed: int, prefix: Sequence[tuple[str, int | float
     return Generated(graph, record)
 
 
-def _plan_export(cfg: GenConfig, draw: ChoiceSource, graph: GraphIR, floor: int, record: GenRecord) -> None:
-    """Draw how the graph becomes ONNX: an opset of at least `floor` (its ops' lowest), and
-    maybe symbolic input dims.
-
-    Nothing is drawn where there is no choice (one allowed opset, `dynamic_prob` 0), so a
-    seed's graph and draws stay what they were before these choices existed.
-    """
-    allowed = sorted(o for o in set(cfg.opsets) if o >= floor)
-    if len(allowed) > 1:
-        weights = [cfg.opset_weights.get(o, 1.0) for o in allowed] if cfg.opset_weights else None
-        graph.opset = draw.choice("export.opset", allowed, weights)
-    else:
-        graph.opset = allowed[0] if allowed else max(cfg.opsets)
+def _plan_export(cfg: GenConfig, draw: ChoiceSource, graph: GraphIR, record: GenRecord) -> None:
+    """Draw whether the graph's inputs get symbolic dims in the ONNX signature, and which
+    (nothing is drawn with `dynamic_prob` 0); record the plan."""
     dims = [(v, d) for v in graph.inputs for d in range(len(graph.types[v].shape))]
     if cfg.dynamic_prob > 0.0 and dims and draw.coin("export.dynamic", cfg.dynamic_prob):
         forced = draw.index("export.dynamic_dim", len(dims))
