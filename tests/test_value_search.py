@@ -48,7 +48,22 @@ def test_every_vulnerable_op_states_a_domain():
     missing = [op.name() for op in VULNERABLE if not any("domain" in vars(c) for c in op.__mro__ if c is not OpSpec)]
     assert missing == []
     x = torch.tensor([-2.0, 0.0, 1e30], dtype=torch.float32)
-    assert float(op_by_name("CastI32").domain(Attrs(), x)[0]) > 0
+    assert sum(float(loss) for loss in op_by_name("CastI32").domain(Attrs(), x)) > 0
+
+
+@pytest.mark.parametrize(
+    "op,ok,bad",
+    [
+        ("CastI64", [2.0**62, -(2.0**63), 9.2e18], [2.0**63, -(2.0**64)]),  # float(2**63 - 1) is 2**63
+        ("CastI32", [2147483647.0, -2147483648.5, 0.5], [2147483648.0, -2147483649.0]),
+    ],
+)
+def test_float_to_int_casts_are_valid_exactly_where_trunc_fits(op, ok, bad):
+    """Positive loss exactly where trunc(x) lies outside the target's range (an undefined
+    conversion); one bound point at -2**63 is refused, conservatively."""
+    cast = op_by_name(op)
+    loss = lambda v: sum(float(x) for x in cast.domain(Attrs(), torch.tensor([v], dtype=torch.float64)))
+    assert all(loss(v) == 0 for v in ok if v != -(2.0**63)) and all(loss(v) > 0 for v in bad)
 
 
 @pytest.mark.parametrize("op", FLOAT_DOMAIN, ids=lambda o: o.name())

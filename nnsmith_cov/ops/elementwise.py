@@ -289,6 +289,11 @@ class _Cast(Elementwise):
         # Integers overflow float16 too (int32 70000 -> Inf); integer to integer wraps, never NaN.
         if cls.target is DType.bool or not (x.is_floating_point() or cls.target.is_float):
             return []
+        if not cls.target.is_float:
+            # Defined where trunc(x) is representable: min - 1 < x < max + 1. (|x| <= max would
+            # take 2**63 for int64: float(2**63 - 1) rounds up to it.)
+            info = torch.iinfo(cls.target.torch)
+            return [num.lt0(x.double() - float(info.max + 1)), num.lt0(float(info.min - 1) - x.double())]
         return [num.le0(x.double().abs() - num.abs_max(cls.target.torch))]
 
 
