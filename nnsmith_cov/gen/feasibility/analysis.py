@@ -1,0 +1,104 @@
+"""The driver: two passes over a graph's ops, each value's range met with what later ops
+need of it, up to the first op proven invalid."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from nnsmith_cov.gen.feasibility.boxes import boxes
+from nnsmith_cov.gen.feasibility.exact import exact_only
+from nnsmith_cov.gen.feasibility.facts import Infeasible, Range, constant, dtype_range, point
+from nnsmith_cov.gen.feasibility.layout import all_padding_window
+from nnsmith_cov.gen.feasibility.order import Order, keeps_even
+from nnsmith_cov.gen.feasibility.refine import DOMAINS, narrow, pull
+from nnsmith_cov.gen.feasibility.transfer import producer_chain, transfer, violation
+from nnsmith_cov.gen.feasibility.values import fold, value_set
+from nnsmith_cov.gen.graph_ir import GraphIR
+from nnsmith_cov.ops import op_by_name
+
+
+def analyze(graph: GraphIR) -> tuple[str | None, dict[int, Range]]:
+    """Ranges of the values up to the first op proven invalid, and why it is (or None).
+
+    Two passes: what the first learns of a value from a later op's domain (Log(x) makes
+    x positive, so its Floor is >= 1) holds in every valid execution, so the second
+    applies it where the value is made, before the ops between read it (a Log of x
+    read before an Acos of x that needs x <= 1 sees x = 1)."""
+    reason, env, learned = _pass(graph, {})
+    if reason is None and learned:
+        reason, env, _ = _pass(graph, learned)
+    return reason, env
+
+
+def _meet(r: Range, known: Range, why: str) -> Range:
+    """r where every element also lies within what `known` says of it."""
+    out = narrow(r, (known.lo, known.hi, False, False, False), why)
+    if known.values is not None:
+        mine = out.values if out.values is not None else value_set(out)
+        values = known.values if mine is None else mine & known.values
+        out = narrow(replace(out, values=values), (known.lo, known.hi, False, False, False), why)
+    return replace(out, integral=out.integral or known.integral)
+
+
+def _pass(graph: GraphIR, hints: dict[int, Range]) -> tuple[str | None, dict[int, Range], dict[int, Range]]:
+    """One pass of the analysis, each value met with its hint; also returns the values a
+    domain refined after they were made (the next pass's hints)."""
+    env: dict[int, Range] = {v: dtype_range(graph.types[v].dtype) for v in (*graph.inputs, *graph.weights)}
+    for v in env:
+        if v in hints:
+            env[v] = hints[v]
+    made = dict(env)
+    producers = {v: inst for inst in graph.insts for v in inst.outputs}
+    order = Order()
+    # Values whose elements are all equal (one element, or made from such by ops that
+    # keep that): ArgMax and ArgMin of them pick index 0 (the first of equal values).
+    even = {v for v, t in enumerate(graph.types) if math.prod(t.shape) == 1}
+    for inst in graph.insts:
+        a = graph.attrs(inst)
+        ins = [env[v] for v in inst.inputs]
+        if ins and all(point(r) for r in ins):
+            folded = fold(inst, a, ins)
+            if isinstance(folded, str):
+                return folded, env, {}
+            if folded is not None:
+                env.update(zip(inst.outputs, folded))
+                made.update(zip(inst.outputs, folded))
+                continue
+        try:
+            if op_by_name(inst.op).vulnerable:
+                reason = violation(inst.op, a, ins, lambda i, vs=inst.inputs: producer_chain(graph, vs[i]))
+                reason = reason or exact_only(graph, producers, inst, ins)
+                if reason is not None:
+                    return reason, env, {}
+                # Every valid execution has this op's inputs in its domain: so do the values
+                # they are made of exactly (a Concat's parts, a Reshape's input, ...), which
+                # later ops may read.
+                for i, d in enumerate(DOMAINS.get(inst.op, [])):
+                    if d is not None:
+                        src = ins[i].src or producer_chain(graph, inst.inputs[i])
+                        why = f"{inst.op} <- {src}: no value its input may take lies in its domain"
+                        pull(env, producers, graph, inst.inputs[i], d, why)
+                ins = [env[v] for v in inst.inputs]
+            if inst.op in ("MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d") and all_padding_window(inst.op, a):
+                return f"{inst.op}: a window lies wholly in the padding", env, {}
+            if inst.op in ("ArgMax", "ArgMin") and inst.inputs[0] in even:
+                outs = [constant(0.0, f"{inst.op} of equal values")]
+            else:
+                outs = boxes(inst, a, ins, transfer(inst, a, ins, [graph.types[v] for v in inst.outputs]))
+            if inst.inputs and all(v in even for v in inst.inputs) and keeps_even(inst):
+                even.update(inst.outputs)
+            outs[:1] = [order.decide(inst, outs[0])] if outs else []
+            order.track(inst, a)
+            why = f"{inst.op}: what later ops need of its output leaves no value"
+            outs = [_meet(r, hints[v], why) if v in hints else r for v, r in zip(inst.outputs, outs)]
+        except Infeasible as e:
+            return str(e), env, {}
+        env.update(zip(inst.outputs, outs))
+        made.update(zip(inst.outputs, outs))
+    return None, env, {v: r for v, r in env.items() if r is not made.get(v)}
+
+
+def prove_infeasible(graph: GraphIR) -> str | None:
+    """Why no NaN/Inf-free values exist for `graph`, or None when that cannot be shown."""
+    return analyze(graph)[0]

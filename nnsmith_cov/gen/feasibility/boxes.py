@@ -1,0 +1,162 @@
+"""Per-element bounds ("boxes"): started where elements are the same in every execution,
+run through ops monotone in each input, and what they tell of a value's range."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import torch
+
+from nnsmith_cov.abstract.dtype import DType
+from nnsmith_cov.gen.feasibility.elementwise import UNARY, rising
+from nnsmith_cov.gen.feasibility.facts import Infeasible, Range
+from nnsmith_cov.gen.feasibility.layout import KEEP_ALL, SUBSET
+from nnsmith_cov.gen.feasibility.values import MAX_VALUES, of_values
+from nnsmith_cov.gen.graph_ir import Inst
+from nnsmith_cov.ops import op_by_name
+
+# Ops monotone (non-decreasing) in every input, element by element: run on the inputs'
+# lower bounds they give the output's lower bounds, on the upper bounds its upper bounds.
+# Those that only move, pick or zero elements (`_MOVES`) are exact in any dtype.
+_MOVES = (KEEP_ALL | SUBSET | {
+    "Concat2", "Concat3", "Concat4", "PadConstant", "PadReflect", "PadReplicate", "Tril", "Triu", "ReduceMax",
+    "ReduceMin", "MaxPool1d", "MaxPool2d", "AdaptiveMaxPool2d", "GlobalMaxPool", "Max", "Min", "Relu", "Floor",
+    "Ceil", "Round", "Clip", "Sign",
+}) - {"Interpolate", "TopK", "IndexSelect", "GatherElements"}  # fmt: skip
+_MONOTONE = _MOVES | {
+    "ReduceSum", "ReduceMean", "CumSum", "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool2d", "Interpolate", "Add",
+    "LeakyRelu", "Elu", "Selu", "Sigmoid", "Tanh", "Atan", "Erf", "Softsign", "HardSigmoid", "Exp", "Log", "Log2",
+    "Sqrt", "Asin",
+}  # fmt: skip
+_DECREASING = {"Neg": "Neg", "Acos": "Acos"}
+# Ops whose output holds elements the same in every execution (padding, a zeroed triangle):
+# boxes start there and are followed while they say more than the value's range.
+_BOX_SOURCES = {"PadConstant", "Tril", "Triu"}
+Box = tuple[torch.Tensor, torch.Tensor]
+
+
+def _whole(t, r: Range, dt: torch.dtype) -> Box:
+    """The box of a value known only by its range. (A bound rounded to dt still bounds
+    the values dt holds; one beyond dt's range becomes an infinity.)"""
+    lo, hi = (torch.tensor(b, dtype=torch.float64).to(dt).expand(t.shape) for b in (r.lo, r.hi))
+    return lo, hi
+
+
+def _clean(lo: torch.Tensor, hi: torch.Tensor) -> Box:
+    """Bounds with NaN (0 * inf, inf - inf) read as no bound."""
+    return lo.nan_to_num(nan=-math.inf), hi.nan_to_num(nan=math.inf)
+
+
+def _box_of(inst: Inst, a, ins: list[Range]) -> list[Box] | None:
+    """Per-element bounds of the outputs of `inst`, from its inputs' boxes (or ranges)."""
+    name = inst.op
+    if name == "Interpolate" and a.mode == "bicubic":
+        return None
+    types = a["in_types"]
+    if not all(t.dtype.is_float for t in types) and not (
+        name in _MOVES and all(t.dtype is not DType.bool for t in types)
+    ):
+        return None
+    boxes = []
+    for t, r in zip(types, ins):
+        # Moves are exact in any dtype: float16's slow CPU kernels (Tril takes
+        # milliseconds) run in float32, integers in float64 (exact below 2**53).
+        if name in _MOVES:
+            dt = torch.float32 if t.dtype is DType.float16 else (t.dtype.torch if t.dtype.is_float else torch.float64)
+        else:
+            dt = t.dtype.torch
+        boxes.append(_whole(t, r, dt) if r.box is None else (r.box[0].to(dt), r.box[1].to(dt)))
+    fwd = op_by_name(name).forward
+    dom = UNARY.get(name, (None, None, None))[2]
+    try:
+        with torch.no_grad():
+            if name in _MONOTONE or rising(name, a):
+                if dom is not None:  # valid executions keep the input in the domain
+                    boxes = [(lo.clamp(dom[0], dom[1]), hi.clamp(dom[0], dom[1])) for lo, hi in boxes]
+                los, his = fwd(a, *(lo for lo, _ in boxes)), fwd(a, *(hi for _, hi in boxes))
+            elif name in _DECREASING:
+                ((lo, hi),) = boxes
+                if dom is not None:
+                    lo, hi = lo.clamp(dom[0], dom[1]), hi.clamp(dom[0], dom[1])
+                los, his = fwd(a, hi), fwd(a, lo)
+            elif name == "Abs":
+                ((lo, hi),) = boxes
+                los = torch.where(lo >= 0, lo, torch.where(hi <= 0, -hi, torch.zeros_like(lo)))
+                his = torch.maximum(lo.abs(), hi.abs())
+            elif name == "Sub":
+                (p_lo, p_hi), (q_lo, q_hi) = boxes
+                los, his = fwd(a, p_lo, q_hi), fwd(a, p_hi, q_lo)
+            elif name in ("Mul", "PReLU"):
+                # Bilinear in its two inputs (PReLU: max(0, x) + w * min(0, x)): its extremes
+                # over a box are at the corners.
+                (x_lo, x_hi), (w_lo, w_hi) = boxes
+                if name == "PReLU":
+                    base = (torch.relu(x_lo), torch.relu(x_hi))
+                    x_lo, x_hi = x_lo.clamp(max=0), x_hi.clamp(max=0)
+                corners = [fwd(a, x, w) for x in (x_lo, x_hi) for w in (w_lo, w_hi)]
+                corners = [c.nan_to_num(nan=math.nan) for c in corners]
+                los = torch.stack(torch.broadcast_tensors(*corners)).amin(0)
+                his = torch.stack(torch.broadcast_tensors(*corners)).amax(0)
+                if any(bool(c.isnan().any()) for c in corners):  # 0 * inf: no bound there
+                    nan = torch.stack(torch.broadcast_tensors(*[c.isnan() for c in corners])).any(0)
+                    los, his = los.masked_fill(nan, -math.inf), his.masked_fill(nan, math.inf)
+                if name == "PReLU":
+                    los, his = los + base[0], his + base[1]
+            else:
+                return None
+    except (RuntimeError, IndexError, ValueError, TypeError):
+        return None
+    los = list(los) if isinstance(los, tuple | list) else [los]
+    his = list(his) if isinstance(his, tuple | list) else [his]
+    return [_clean(lo, hi) for lo, hi in zip(los, his)]
+
+
+def boxes(inst: Inst, a, ins: list[Range], outs: list[Range]) -> list[Range]:
+    """`outs` sharpened by per-element bounds, where some input has a box or the op makes
+    one. What a box tells: the output's bounds are the boxes' extremes; some element is at
+    most the least upper bound (and at least the greatest lower bound); elements whose two
+    bounds meet hold that value in every execution (an Inf there means every execution
+    has one)."""
+    outs = [replace(r, box=None) if r.box is not None else r for r in outs]  # only the op's own
+    if not (inst.op in _BOX_SOURCES or any(r.box is not None for r in ins)):
+        return outs
+    got = _box_of(inst, a, ins)
+    if got is None:
+        return outs
+    src = next((x.src for x in ins if x.src), "") or inst.op
+    boxed = []
+    for r, (lo, hi), t in zip(outs, got, a["out_types"]):
+        known = lo == hi
+        lo_min, lo_max = (float(c) for c in torch.aminmax(lo))
+        hi_min, hi_max = (float(c) for c in torch.aminmax(hi))
+        if lo_max == math.inf or hi_min == -math.inf:
+            raise Infeasible(f"{inst.op} <- {src}: Inf in every execution")
+        if bool(known.all()):  # every element known: the values there are
+            taken = torch.unique(lo.double())
+            boxed.append(of_values([float(c) for c in taken], r.src or src) if len(taken) <= MAX_VALUES else r)
+            continue
+        if lo_min == lo_max and hi_min == hi_max and lo_min < hi_min:  # the same bounds everywhere: no box
+            boxed.append(replace(r, lo=max(r.lo, lo_min), hi=min(r.hi, hi_max)))
+            continue
+        forced = r.forced
+        if bool(known.any()):
+            k_lo, k_hi = (float(c) for c in torch.aminmax(lo[known]))
+            forced = forced | {k_lo, k_hi}
+        if t.dtype.is_float or t.dtype is DType.bool:
+            store = (lo, hi)
+        else:  # bounds of integers are whole numbers: kept in float64
+            store = (lo.double(), hi.double())
+        boxed.append(
+            replace(
+                r,
+                lo=max(r.lo, lo_min),
+                hi=min(r.hi, hi_max),
+                forced=forced,
+                below=min(r.below, hi_min),
+                above=max(r.above, lo_max),
+                box=store,
+                src=r.src or src,
+            )
+        )
+    return boxed

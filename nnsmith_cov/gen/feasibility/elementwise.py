@@ -1,0 +1,166 @@
+"""Elementwise maps on ranges: unary ops (monotone, decreasing, or through the image of an
+interval for those that are neither), casts, and the bounds of a product."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import torch
+import torch.nn.functional as F
+
+from nnsmith_cov.abstract.dtype import DType
+from nnsmith_cov.gen.feasibility.facts import INF, Range, dtype_range
+from nnsmith_cov.ops import op_by_name
+
+# name -> (function on float64, trend: +1 increasing, -1 decreasing, 0 neither, domain)
+UNARY = {
+    "Relu": (torch.relu, 1, None),
+    "LeakyRelu": (F.leaky_relu, 1, None),
+    "Elu": (F.elu, 1, None),
+    "Selu": (F.selu, 1, None),
+    "Sigmoid": (torch.sigmoid, 1, None),
+    "Tanh": (torch.tanh, 1, None),
+    "Atan": (torch.atan, 1, None),
+    "Erf": (torch.erf, 1, None),
+    "Floor": (torch.floor, 1, None),
+    "Ceil": (torch.ceil, 1, None),
+    "Round": (torch.round, 1, None),
+    "Sign": (torch.sign, 1, None),
+    "Softsign": (F.softsign, 1, None),
+    "HardSigmoid": (F.hardsigmoid, 1, None),
+    "Exp": (torch.exp, 1, None),
+    "Log": (torch.log, 1, (0.0, INF)),
+    "Log2": (torch.log2, 1, (0.0, INF)),
+    "Sqrt": (torch.sqrt, 1, (0.0, INF)),
+    "Asin": (torch.asin, 1, (-1.0, 1.0)),
+    "Acos": (torch.acos, -1, (-1.0, 1.0)),
+    "Neg": (torch.neg, -1, None),
+    "Abs": (torch.abs, 0, None),
+    "Gelu": (F.gelu, 0, None),
+    "HardSwish": (F.hardswish, 0, None),
+    "Sin": (torch.sin, 0, None),
+    "Cos": (torch.cos, 0, None),
+}
+_INTEGRAL_RESULT = {"Floor", "Ceil", "Round", "Sign"}
+# Interior extremes of the non-monotone maps: (where, value).
+_DIPS = {"Gelu": [(-0.7517916, -0.1699702)], "HardSwish": [(-1.5, -0.375)]}
+
+
+def _f(fn, x: float) -> float:
+    """fn at x (float64); at an infinite x where fn gives NaN, its value at +-1e300."""
+    y = float(fn(torch.tensor(x, dtype=torch.float64)))
+    if math.isnan(y) and math.isinf(x):
+        y = float(fn(torch.tensor(math.copysign(1e300, x), dtype=torch.float64)))
+    return y
+
+
+def _fact(fn, x: float, none: float) -> float:
+    """fn applied to a "some element" fact, where `none` (an infinity) means no fact."""
+    return x if x == none else _f(fn, x)
+
+
+# Non-decreasing unary ops with attributes: computed with their own forward.
+_RISING_OPS = {"Softplus", "Asinh", "Celu", "Shrink", "ThresholdedRelu"}
+
+
+def rising(name: str, a) -> bool:
+    """Whether `name` with attributes `a` is a non-decreasing map (ThresholdedRelu only
+    for a threshold >= 0: below a negative one it lifts x to 0)."""
+    return name in _RISING_OPS and (name != "ThresholdedRelu" or a.alpha >= 0)
+
+
+def unary(name: str, r: Range, a) -> Range:
+    if name == "Clip":
+        fn, trend, dom = (lambda t: torch.clamp(t, a.lo, a.hi)), 1, None
+    elif name in _RISING_OPS:
+        fn, trend, dom = (lambda t: op_by_name(name).forward(a, t)), 1, None
+    else:
+        fn, trend, dom = UNARY[name]
+    lo, hi = r.lo, r.hi
+    if dom is not None:  # valid executions keep the input inside the domain
+        lo, hi = max(lo, dom[0]), min(hi, dom[1])
+        if name in ("Log", "Log2") and r.integral:
+            lo = max(lo, 1.0)  # a whole number above 0
+    # "Some element is <= below" stays true with below cut to [lo, hi] (every element is in
+    # it); so for above. Outside the domain fn would give NaN.
+    r = replace(
+        r,
+        below=min(max(r.below, lo), INF if r.below == INF else hi),
+        above=max(min(r.above, hi), -INF if r.above == -INF else lo),
+    )
+    forced = frozenset(_f(fn, c) for c in r.forced)
+    integral = name in _INTEGRAL_RESULT or (r.integral and name in {"Relu", "Neg", "Abs", "Sign", "Clip"})
+    if integral and name == "Clip":
+        integral = float(a.lo).is_integer() and float(a.hi).is_integer()
+    if trend == 1:
+        below, above = _fact(fn, r.below, INF), _fact(fn, r.above, -INF)
+        out = Range(_f(fn, lo), _f(fn, hi), forced, below, above, integral, r.src)
+    elif trend == -1:
+        below = INF if r.above == -INF else _f(fn, r.above)
+        above = -INF if r.below == INF else _f(fn, r.below)
+        out = Range(_f(fn, hi), _f(fn, lo), forced, below, above, integral, r.src)
+    else:  # Abs, Sin, Cos, Gelu, HardSwish: not monotone, so each fact goes through the image
+        bottom, top = _image(name, fn, lo, hi)
+        # An element certainly in [lo, below] (or [above, hi]) is certainly in that
+        # interval's image: some output element is at most its top, at least its bottom.
+        below, above = INF, -INF
+        for w_lo, w_hi in ((lo, r.below), (r.above, hi)):
+            if w_lo <= w_hi and (w_hi < INF or w_lo > -INF):
+                w_bottom, w_top = _image(name, fn, w_lo, w_hi)
+                below, above = min(below, w_top), max(above, w_bottom)
+        out = Range(bottom, top, forced, below, above, integral, r.src)
+    if name == "Clip" and a.hi <= 0:
+        out = replace(out, src=f"Clip(hi={a.hi})")
+    return out
+
+
+def _image(name: str, fn, lo: float, hi: float) -> tuple[float, float]:
+    """The least and greatest values of a non-monotone unary op over [lo, hi]."""
+    if name == "Abs":
+        top = max(abs(lo), abs(hi))
+        return (lo if lo >= 0 else (-hi if hi <= 0 else 0.0)), top
+    if name in ("Sin", "Cos"):
+        if not (math.isfinite(lo) and math.isfinite(hi)) or hi - lo >= 2 * math.pi:
+            return -1.0, 1.0
+        # The extremes are at the ends or where the function is +-1: Sin at pi/2 + k pi,
+        # Cos at k pi.
+        shift = math.pi / 2 if name == "Sin" else 0.0
+        ys = [_f(fn, lo), _f(fn, hi)]
+        k = math.ceil((lo - shift) / math.pi)
+        while shift + k * math.pi <= hi:
+            ys.append(1.0 if k % 2 == 0 else -1.0)
+            k += 1
+        return max(-1.0, min(ys)), min(1.0, max(ys))
+    # Gelu, HardSwish: increasing but for one dip
+    ends = [_f(fn, lo), _f(fn, hi)]
+    dips = [v for where, v in _DIPS[name] if lo <= where <= hi]
+    return min(ends + dips), max(ends)
+
+
+def cast(target: DType, r: Range) -> Range:
+    if target is DType.bool:
+        forced = frozenset(float(c != 0) for c in r.forced)
+        return Range(0.0, 1.0, forced, integral=True, src=r.src)
+    if target.is_float:
+        return r
+    base = dtype_range(target)
+    if r.hi >= base.hi + 1 or r.lo <= base.lo - 1:
+        # A value beyond the target's range (2**63 passes a float |x| <= 2**63 - 1) wraps
+        # to anything: no bound but the dtype's.
+        return Range(base.lo, base.hi, integral=True, src=r.src)
+    trunc = lambda v: float(math.trunc(v)) if math.isfinite(v) else v  # noqa: E731
+    lo, hi = max(trunc(r.lo), base.lo), min(trunc(r.hi), base.hi)
+    forced = frozenset(trunc(c) for c in r.forced if base.lo <= c <= base.hi)
+    return Range(lo, hi, forced, integral=True, src=r.src)
+
+
+def mul_bounds(a: Range, b: Range) -> tuple[float, float]:
+    products = []
+    for x in (a.lo, a.hi):
+        for y in (b.lo, b.hi):
+            p = x * y
+            if math.isnan(p):  # 0 * inf: unbounded
+                return -INF, INF
+            products.append(p)
+    return min(products), max(products)

@@ -1,0 +1,73 @@
+"""Graphs valid only where a float input or weight holds one exact value, found through
+one-to-one ops: not a proof, but a set of values no search aims for."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from nnsmith_cov.gen.feasibility.facts import Range
+from nnsmith_cov.gen.feasibility.refine import MAX_PULL, SHOWS_ALL
+from nnsmith_cov.gen.feasibility.transfer import producer_chain
+from nnsmith_cov.gen.graph_ir import GraphIR, Inst
+
+# Unary ops that are one-to-one on the reals and flat nowhere in floats near the value: the
+# one input giving a value is isolated. (Not Tanh, Sigmoid, Erf: they reach their limits
+# exactly on half-lines; not Exp at 0, reached by underflow.) value -> the one input.
+_INVERSE: dict[str, Callable[[float], float | None]] = {
+    "Exp": lambda b: math.log(b) if 1e-30 < b < 1e30 else None,
+    "Log": lambda b: math.exp(b) if abs(b) < 60 else None,
+    "Log2": lambda b: 2.0**b if abs(b) < 60 else None,
+    "Sqrt": lambda b: b * b if b >= 0 else None,
+    "Neg": lambda b: -b,
+    "Atan": lambda b: math.tan(b) if abs(b) < 1.5 else None,
+    "Asin": lambda b: math.sin(b) if abs(b) <= math.pi / 2 else None,
+    "Acos": lambda b: math.cos(b) if 0 <= b <= math.pi else None,
+    "Softsign": lambda b: b / (1 - abs(b)) if abs(b) < 0.99 else None,
+    "Reciprocal": lambda b: 1 / b if b != 0 else None,
+}
+
+
+def _only_at(name: str, r: Range) -> float | None:
+    """The one value every element of a valid input must hold, where input range r meets
+    the op's closed domain at one end only (Acos of a value >= 1 needs it to be 1)."""
+    if name in ("Asin", "Acos"):
+        return 1.0 if r.lo >= 1 else (-1.0 if r.hi <= -1 else None)
+    if name == "Sqrt" and r.hi <= 0:
+        return 0.0
+    return None
+
+
+def _isolated(graph: GraphIR, producers: dict[int, Inst], v: int, b: float, depth: int = 0) -> tuple[int, float] | None:
+    """A float leaf, and the value it must hold, for v to be b in some element: found
+    through ops that keep a value isolated (one-to-one unary ops, and ops that move
+    elements unchanged). None where some op on the way takes b on a whole interval
+    (Relu, Floor, a saturated Tanh, an integer cast) or the way is not followed."""
+    if v in graph.inputs or v in graph.weights:
+        return (v, b) if graph.types[v].dtype.is_float else None
+    inst = producers.get(v)
+    if inst is None or depth >= MAX_PULL:
+        return None
+    name = inst.op
+    if name in SHOWS_ALL:
+        return _isolated(graph, producers, inst.inputs[0], b, depth + 1)
+    if name in _INVERSE:
+        c = _INVERSE[name](b)
+        return None if c is None else _isolated(graph, producers, inst.inputs[0], c, depth + 1)
+    return None
+
+
+def exact_only(graph: GraphIR, producers: dict[int, Inst], inst: Inst, ins: list[Range]) -> str | None:
+    """Why `inst` is valid only where a float leaf holds one exact value (up to rounding:
+    Acos(Exp(Sqrt(x))) needs x = 0, or below 4e-15 in float32), or None. Not a proof
+    that no values exist: values that exact are a set no search aims for, and the
+    generator drops such graphs like those proven to have none."""
+    if not ins:
+        return None
+    b = _only_at(inst.op, ins[0])
+    found = None if b is None else _isolated(graph, producers, inst.inputs[0], b)
+    if found is None:
+        return None
+    leaf, c = found
+    kind = "input" if leaf in graph.inputs else "weight"
+    return f"{inst.op} <- {producer_chain(graph, inst.inputs[0])}: valid only where {kind} v{leaf} is exactly {c:g}"

@@ -1,0 +1,44 @@
+"""Ops that move elements without computing: which keep every element, which keep some, and
+what pads, triangles and pooling windows leave."""
+
+from __future__ import annotations
+
+import torch
+
+from nnsmith_cov.ops import op_by_name
+
+# Every input element appears in the output (reordered, reshaped, repeated).
+KEEP_ALL = {
+    "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Permute", "Roll", "Flip",
+    "Expand", "Tile", "PixelShuffle", "PixelUnshuffle", "SpaceToDepth",
+}  # fmt: skip
+# Output elements are some of the input elements.
+SUBSET = {"Slice", "IndexSelect", "GatherElements", "Split2", "Split3", "TopK", "Interpolate"}
+
+
+def pad_widths(a) -> list[int]:
+    return [a[f"{side}{i}"] for i in range(a.k) for side in "lr"]
+
+
+def triangle_zeros(name: str, a, shape: tuple[int, ...]) -> bool:
+    """Whether Tril/Triu leaves at least one element zeroed."""
+    rows, cols = shape[-2], shape[-1]
+    if name == "Tril":  # zero where col - row > diagonal
+        return cols - 1 > a.diagonal
+    return -(rows - 1) < a.diagonal  # Triu: zero where col - row < diagonal
+
+
+def triangle_keeps(name: str, a, shape: tuple[int, ...]) -> bool:
+    """Whether Tril/Triu keeps at least one element (col - row ranges over [1 - rows, cols - 1])."""
+    rows, cols = shape[-2], shape[-1]
+    return 1 - rows <= a.diagonal if name == "Tril" else cols - 1 >= a.diagonal
+
+
+def all_padding_window(name: str, a) -> bool:
+    """Pooling whose output is non-finite even on an all-ones input: some window lies
+    wholly in the padding, whatever the values."""
+    t = a["in_types"][0]
+    ones = torch.ones(t.shape, dtype=t.dtype.torch)
+    with torch.no_grad():
+        out = op_by_name(name).forward(a, ones)
+    return not bool(torch.isfinite(out).all())
