@@ -61,7 +61,8 @@ class GenConfig:
     max_tries_per_node: int = 30
     # Graphs the range analysis proves to have no NaN/Inf-free values (Log of a
     # LogSoftmax, a divisor out of Tril; also Pow of a base never all positive, valid
-    # only for whole exponents, which the search never aims for) are made again from
+    # only for whole exponents, which the search never aims for, and graphs valid only
+    # where an input holds one exact value, which no search reaches) are made again from
     # another stream of the same seed, up to this many times in all; 0 keeps them.
     feasible_attempts: int = 8
     # (dtype, rank) pairs no value may take. PyTorch's TorchScript exporter
