@@ -26,6 +26,7 @@ from pathlib import Path
 from nnsmith_cov.report.command import ReportOptions, load_campaigns, make_report
 from nnsmith_cov.report.compare import unique_counts
 from nnsmith_cov.report.model import ReportError
+from nnsmith_cov.report.plots import unit_word
 
 # The `fuzz` flags of each mode.
 MODES = {
@@ -75,10 +76,11 @@ def main() -> None:
         campaigns = {c.label.split()[-1]: c for c in load_campaigns(specs, ReportOptions())}
     except ReportError as e:
         sys.exit(f"bench_feedback: {e}")
+    word = unit_word(c.unit for c in campaigns.values())
     for mode, c in campaigns.items():
         assert c.by_time is not None
         t = c.by_time
-        print(f"\nfeedback {mode}: elapsed_s branches pass_only (after each new-coverage step)")
+        print(f"\nfeedback {mode}: elapsed_s {word} pass_only (after each new-coverage step)")
         step = max(1, len(t.x) // 20)
         for i in [*range(0, len(t.x), step), len(t.x) - 1]:
             print(f"  {t.x[i]:9.0f} {t.branches[i]:8d} {t.pass_branches[i]:9d}")
@@ -93,7 +95,7 @@ def main() -> None:
     for mode, c in campaigns.items():
         assert c.by_time is not None
         late = [b for x, b in zip(c.by_time.x, c.by_time.branches) if x >= 0.9 * c.by_time.x[-1]]
-        print(f"feedback {mode}: +{late[-1] - late[0] if late else 0} branches in the last 10% of the time")
+        print(f"feedback {mode}: +{late[-1] - late[0] if late else 0} {word} in the last 10% of the time")
     # The full report (table, JSON/CSV, coverage over time and tests, Venn) of `nnsmith-cov report`.
     make_report(specs, args.out / "report", ReportOptions(quiet=True))
     print(f"report: {args.out / 'report'}; figure: {args.out / 'report' / 'figures' / 'coverage-time.png'}")

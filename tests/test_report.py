@@ -16,6 +16,7 @@ from nnsmith_cov.cli import main
 from nnsmith_cov.corpus import CorpusStore, TestEntry, TestRecord, TimelineRow
 from nnsmith_cov.coverage.covmap import Hits, VirginMap
 from nnsmith_cov.coverage.universe import Universe
+from nnsmith_cov.report import plots
 from nnsmith_cov.report.command import ReportOptions, make_report
 from nnsmith_cov.report.compare import pairwise, unique_counts, venn_regions
 from nnsmith_cov.report.export import read_json, write_json
@@ -354,3 +355,10 @@ def test_composite_campaign_is_reported_per_collector(tmp_path):
     assert [(r["label"], r["total"]) for r in binary_rows] == [("C", 3)]
     assert {(r["part"], r["label"]) for r in report.rows} == {("python", "C"), ("python", "A"), ("binary", "C")}
     assert (out / "python" / "figures" / "venn.png").exists() and (out / "table.csv").exists()
+
+
+def test_coverage_axis_names_the_unit_counted():
+    assert plots.unit_word(["arc", "arc"]) == "branches"
+    assert plots.unit_word(["block"]) == "blocks"
+    assert plots.unit_word(["lcov-line", "line"]) == "lines"
+    assert plots.unit_word(["block", "arc"]) == "branches"

@@ -6,7 +6,7 @@ Every figure is written as PNG and SVG. Each plotted series carries an SVG id
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import matplotlib
@@ -42,6 +42,16 @@ def save(fig: Figure, base: Path) -> list[Path]:
         paths.append(path)
     plt.close(fig)
     return paths
+
+
+# What one element of a campaign's set is, on an axis; arcs and edges are branches.
+UNIT_WORDS = {"block": "blocks", "line": "lines", "lcov-line": "lines"}
+
+
+def unit_word(units: Iterable[str]) -> str:
+    """The y axis' unit for campaigns counting `units` ("branches" when they differ)."""
+    words = {UNIT_WORDS.get(u, "branches") for u in units}
+    return words.pop() if len(words) == 1 else "branches"
 
 
 def coverage_figure(
@@ -95,8 +105,7 @@ def coverage_figure(
         bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": "black"},
     )
     what = "pass-only coverage" if pass_only else "coverage"
-    unit = "1000 branches" if thousands else "branches"
-    ax.set_ylabel(f"# {what} ({unit})")
+    ax.set_ylabel(f"# {what} ({'1000 ' if thousands else ''}{unit_word(c.unit for c, _ in curves)})")
     ax.set_xlabel("Time (second)" if axis == "time" else "# Tests")
     ax.grid(linestyle=":", alpha=0.6)
     ax.legend(loc="lower right")
