@@ -228,3 +228,29 @@ def test_only_backends_in_the_followed_module_run_on_the_measuring_thread(local:
     here = threading.get_native_id()
     assert local.call(threading.get_native_id, "tvm") == here
     assert local.call(threading.get_native_id, "ort") == local.thread.tid != here
+
+
+def test_self_check_covers_every_followed_backend(tmp_path) -> None:
+    """Two backends in the followed module: the worker checks both at start and serves both."""
+    specs = ["ort", "faulty_backends:RefusesUnitShapes"]
+    w = WorkerHandle(specs, tmp_path / "worker.log", collector="binary")
+    try:
+        w.start()
+    except WorkerStartError as e:
+        if "cannot attach" in str(e):
+            pytest.skip(f"frida cannot attach here: {e}")
+        raise
+    try:
+        onnx_bytes, inputs = _model("conv")
+        for spec in specs:
+            request = {
+                "kind": "run",
+                "backend": spec,
+                "opt": "opt",
+                "onnx": onnx_bytes,
+                "inputs": encode_arrays(inputs),
+            }
+            reply = w.call(request, 120)
+            assert reply.msg is not None and reply.msg["kind"] == "outputs", reply
+    finally:
+        w.close()

@@ -190,9 +190,9 @@ class Worker:
         from nnsmith_cov.coverage.self_check import compare_runs, fixed_model
 
         onnx_bytes, inputs = fixed_model()
-        native = getattr(self.collector, "native", lambda _: False)  # run where called: nothing to compare
+        runs_natively = getattr(self.collector, "native", lambda _: False)  # run where called: nothing to compare
         for spec, backend in self.backends.items():
-            if native(spec):
+            if runs_natively(spec):
                 continue
             run = lambda b=backend: b.run(b.compile(b.load(onnx_bytes), Opt.OPT), inputs)
             assert self.collector is not None
@@ -201,8 +201,7 @@ class Worker:
             # kernel choice), which must happen where the agent hides AVX-512 from them.
             followed = [self.measured(run, spec) for _ in range(2)]
             hits = self.collector.stop()
-            native = run()
-            problem = compare_runs(native, followed)
+            problem = compare_runs(run(), followed)
             if problem is None and not len(hits):
                 problem = (
                     "the collector counted no blocks (the backend does not run the followed module, "
