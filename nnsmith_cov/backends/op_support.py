@@ -182,7 +182,10 @@ def probe(worker: WorkerHandle, op: type[OpSpec], sig: Sig, backends: list[str],
                 status = f"{e['stage']}: {e['type']}: {first[:160]}"
             else:
                 status = "ok"  # wrong outputs are findings, not missing support
-            out[b] = status if status == "ok" or b not in out else out[b]
+            if status == "ok":
+                out[b] = status
+            else:
+                out.setdefault(b, status)
         if all(out.get(b) == "ok" for b in backends):
             break
     return out
