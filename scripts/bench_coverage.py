@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
-import pickle
 import statistics
 import tempfile
 import time
@@ -38,10 +37,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import numpy as np
 
 from nnsmith_cov.backends.op_support import default_cache_dir, load_or_probe, restrict_ops
-from nnsmith_cov.campaign.protocol import encode_arrays
+from nnsmith_cov.campaign.protocol import decode_arrays, encode_arrays
 from nnsmith_cov.campaign.worker_handle import WorkerHandle
 from nnsmith_cov.coverage.collector import PASS_FILTERS
 from nnsmith_cov.coverage.covmap import Hits, VirginMap
@@ -169,8 +169,11 @@ def exported_models(worker: WorkerHandle, args: argparse.Namespace) -> list[tupl
 
     path = Path(args.models_file) if args.models_file else None
     if path is not None and path.exists():
-        with open(path, "rb") as f:
-            return pickle.load(f)[: args.models]
+        try:
+            saved = msgpack.unpackb(path.read_bytes(), raw=False)
+            return [(m["onnx"], decode_arrays(m["inputs"])) for m in saved][: args.models]
+        except (ValueError, KeyError, TypeError, msgpack.UnpackException) as e:
+            raise SystemExit(f"bench_coverage: {path} is not a models file of this script ({e})") from None
     out = []
     ops = supported_ops(worker, "ort")
     for _, graph, search in valid_graphs(GenConfig(nodes=args.nodes, ops=ops), args.seed):
@@ -182,8 +185,8 @@ def exported_models(worker: WorkerHandle, args: argparse.Namespace) -> list[tupl
             continue
         out.append((onnx_bytes, {f"i{v}": search.values[v] for v in graph.inputs}))
     if path is not None:
-        with open(path, "wb") as f:
-            pickle.dump(out, f)
+        # msgpack, not pickle: the file is read back.
+        path.write_bytes(msgpack.packb([{"onnx": o, "inputs": encode_arrays(i)} for o, i in out], use_bin_type=True))
     return out
 
 
