@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 
 import numpy as np
 import pytest
@@ -914,3 +915,123 @@ def test_a_step_that_breaks_an_op_is_retried_without_that_ops_leaves():
     r = search_values(g, 0, "gradient", budget_ms=60_000, max_iters=300, init=(1.0, 1.0))
     assert r.ok and r.iterations < 20
     assert np.all(r.values[1] == 1.0) and np.all(np.abs(2 * r.values[0] + np.arccos(r.values[1])) <= 1)
+
+
+def _scatter_gelu_log(value: float) -> GraphIR:
+    # Sign(x) takes -1, 0, 1; ScatterValue writes `value` somewhere, so Gelu(value) is
+    # certainly taken; Log needs every element positive.
+    v, i = ((6,), F32), ((2,), DType.int64)
+    return _net(
+        [v, i],
+        [
+            ("Sign", {}, (0,), v),
+            ("ScatterValue", {"axis": 0, "value": value}, (2, 1), v),
+            ("Gelu", {}, (3,), v),
+            ("Log", {}, (4,), v),
+        ],
+    )
+
+
+@pytest.mark.parametrize("value, proven", [(-1.0, True), (1.0, False)])
+def test_a_value_certainly_taken_keeps_its_image_through_a_pointwise_op(value, proven):
+    assert (prove_infeasible(_scatter_gelu_log(value)) is not None) == proven
+
+
+@pytest.mark.parametrize("n, proven", [(9, True), (2, False)])
+def test_mish_is_bounded_below(n, proven):
+    # Mish >= -0.3088: a LogSumExp of n of them is >= log(n) - 0.3088, above 1 for n = 9.
+    v = ((n,), F32)
+    body = [("Mish", {}, (0,), v), ("ReduceLogSumExp", {"axes": [0], "keepdim": True}, (1,), ((1,), F32))]
+    body.append(("Asin", {}, (2,), ((1,), F32)))
+    assert (prove_infeasible(_net([v], body)) is not None) == proven
+
+
+@pytest.mark.parametrize("pad, proven", [(0.0, True), (1.0, False)])
+def test_known_elements_go_through_non_monotone_maps(pad, proven):
+    # Mish(0) = 0 exactly: Log2 of a zero padding through Mish is -Inf.
+    v, p = ((4,), F32), ((6,), F32)
+    body = [
+        ("PadConstant", {"k": 1, "l0": 1, "r0": 1, "value": pad}, (0,), p),
+        ("Mish", {}, (1,), p),
+        ("Log2", {}, (2,), p),
+    ]
+    assert (prove_infeasible(_net([v], body)) is not None) == proven
+
+
+@pytest.mark.parametrize("diagonal, proven", [(-5, True), (3, False)])
+def test_a_concat_of_a_zeroed_triangle_keeps_its_zeros(diagonal, proven):
+    # Tril(diagonal=-5) of a 3x4 matrix is zero (diagonal=3 keeps it whole): Div(x, x) of the
+    # Concat holding it divides 0 by 0.
+    m, c = ((3, 4), F32), ((6, 4), F32)
+    body = [
+        ("Tril", {"diagonal": diagonal}, (1,), m),
+        ("Concat2", {"axis": 0}, (0, 2), c),
+        ("Elu", {"alpha": 1.0}, (3,), c),
+        ("Neg", {}, (4,), c),
+        ("Div", {}, (5, 5), c),
+    ]
+    assert (prove_infeasible(_net([m, m], body)) is not None) == proven
+
+
+@pytest.mark.parametrize("pad, proven", [(1.0, True), (0.0, False)])
+def test_a_product_of_norms_over_a_padding_overflows(pad, proven):
+    # Each row's L2 norm sees 400 padded elements of 1, so it is >= 20; 40 of them multiply
+    # past float32's range whatever the input holds.
+    v, p = ((40, 1), F32), ((40, 401), F32)
+    body = [
+        ("PadConstant", {"k": 1, "l0": 0, "r0": 400, "value": pad}, (0,), p),
+        ("ReduceL2", {"axes": [1], "keepdim": False}, (1,), ((40,), F32)),
+        ("ReduceProd", {"axes": None, "keepdim": False}, (2,), ((), F32)),
+    ]
+    reason = prove_infeasible(_net([v], body))
+    assert (reason is not None) == proven
+    if proven:
+        assert reason.startswith("ReduceProd") and "Inf in every execution" in reason
+
+
+def test_a_log_softmax_of_equal_values_is_known():
+    # LogSoftmax over 9 copies of one scalar is -log 9 everywhere: Sqrt of it is NaN.
+    one, row = ((), F32), ((1, 9), F32)
+    body = [
+        ("Expand", {"lead": 2, "lead0": 1, "lead1": 9, "bcast": []}, (0,), row),
+        ("LogSoftmax", {"dim": 1}, (1,), row),
+        ("Sqrt", {}, (2,), row),
+    ]
+    assert "LogSoftmax of equal values" in prove_infeasible(_net([one], body))
+    _, ranges = analyze(_net([one], body[:2]))
+    assert ranges[2].lo == ranges[2].hi == pytest.approx(-math.log(9))
+
+
+def test_type_as_carries_proxy_derivatives_like_a_cast():
+    # Reciprocal(TypeAs(b, w)) needs every boolean True, as Log(Cast(b)) does.
+    b, w, v = ((256,), BOOL), ((), F32), ((256,), F32)
+    g = _net([b, w], [("TypeAs", {}, (0, 1), v), ("Reciprocal", {}, (2,), v)])
+    r = search_values(g, 3, "gradient", budget_ms=60_000, init=INIT, max_iters=60)
+    assert r.ok and r.values[0].all()
+    assert not search_values(g, 3, "gradient", budget_ms=60_000, init=INIT, max_iters=60, proxy=False).ok
+
+
+@pytest.mark.parametrize("value, proven", [(-1.0, True), (1.0, False)])
+def test_fake_quantize_maps_a_value_certainly_taken(value, proven):
+    # Quantized with scale 1/64 and zero point 104, -1 stays -1: Log2 of it is NaN.
+    v, i = ((6,), F32), ((2,), DType.int64)
+    body = [
+        ("ScatterValue", {"axis": 0, "value": value}, (0, 1), v),
+        ("FakeQuantize", {"scale": 0.015625, "zero": 104, "lo": 0, "hi": 255}, (2,), v),
+        ("Log2", {}, (3,), v),
+    ]
+    assert (prove_infeasible(_net([v, i], body)) is not None) == proven
+
+
+def test_a_stalled_loss_redraws_only_its_own_elements(monkeypatch):
+    # Sin(-1 / Cos(x)) >= 0 for each of 4096 elements: near x = 0 it has a local minimum
+    # (-1 / Cos(x) is largest there), which about a fifth of each draw from [1, 9] falls into.
+    # Redrawing just those elements keeps the others' progress; redrawing all never gets
+    # every one out.
+    v = ((4096,), F32)
+    body = [("Cos", {}, (0,), v), ("Neg", {}, (1,), v), ("Reciprocal", {}, (2,), v), ("Sin", {}, (3,), v)]
+    g = _net([v], [*body, ("Sqrt", {}, (4,), v)])
+    r = search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=300)
+    assert r.ok and r.restarts == 0
+    monkeypatch.setattr(gradient, "MAX_PARTIAL", 0)
+    assert not search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=300).ok

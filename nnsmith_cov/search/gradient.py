@@ -47,6 +47,7 @@ RESTART_INIT = (-1.0, 1.0)  # floats of every other restart of the gradient meth
 GUARD_MARGIN = 0.1  # how far inside its domain a guard op is kept
 TARGET_MARGIN = 0.02  # how far inside its domain the target's loss aims
 MAX_REDRAWS = 4  # targeted redraws of integer/bool leaves before a full restart
+MAX_PARTIAL = 3  # redraws of a stalled loss's elements that did not shrink, before a full restart
 JITTER = 0.5  # relative spread of the step lengths of one step's elements
 TRUST_GAIN = 1.5  # trust regained by an element whose step was kept
 MIN_TRUST = 1 / 1024  # below this an element's step is not worth taking
@@ -324,6 +325,20 @@ class _Search:
                 fresh = self._draw(v, narrow)
                 m.copy_(torch.where(torch.isfinite(m), m, fresh) if only_bad else fresh)
 
+    def resample_where(self, grads: list[torch.Tensor | None]) -> int:
+        """Redraw the elements of the trainable leaves where `grads` (a loss's gradients, in
+        `trainable()` order) are non-zero, and say how many; 0 (nothing redrawn) when that
+        is every element of them: a full restart is no worse."""
+        masks = {v: g != 0 for v, g in zip(self.trainable_leaves(), grads) if g is not None}
+        if not masks or all(bool(m.all()) for m in masks.values()):
+            return 0
+        narrow = self.restarts % 2 == 1
+        with torch.no_grad():
+            for v, mask in masks.items():
+                m = self.masters[v]
+                m.copy_(torch.where(mask, self._draw(v, narrow), m))
+        return sum(int(m.sum()) for m in masks.values())
+
     def save(self) -> dict[int, torch.Tensor]:
         return {v: m.detach().clone() for v, m in self.masters.items()}
 
@@ -402,8 +417,10 @@ def search_values(
     restarts when one target's loss has not improved for `patience` steps,
     after `max_steps` steps on it, or when every element a step would move is
     trusted less than MIN_TRUST: losses such as Sqrt(1 / x) for negative x slope towards
-    the pole, never across it, so following them longer does not help. Each
-    restart flips the side a magnitude leaves 0 towards. Where
+    the pole, never across it, so following them longer does not help. Such a
+    restart first redraws only the elements the loss still has a gradient in
+    (`redraw_own`), keeping the rest; each full restart flips the side a
+    magnitude leaves 0 towards. Where
     the failing op's loss cannot be moved by gradient (no loss explains the
     NaN/Inf, or its gradient is zero) but integer or boolean leaves feed it,
     only those leaves are redrawn (a few times before a full restart),
@@ -427,6 +444,9 @@ def search_values(
     target: int | None = None
     pending: _Step | None = None  # the last step, not yet judged
     redraws = 0  # targeted redraws since the last full restart
+    # Redraws of a stalled loss's elements since the last full restart that redrew no fewer
+    # than the one before (`strikes`), and how many the last one redrew.
+    strikes, last_partial = 0, math.inf
     opt = MaskedAdam(s.trainable(), lr, s.jitter)
     steps, best, stall = 0, math.inf, 0
     guards: set[int] = set()  # ops before the target that a step on it broke
@@ -444,6 +464,21 @@ def search_values(
             redraws = 0
             s.resample()
         target, pending = None, None
+
+    def redraw_own(grads: list[torch.Tensor | None] | None) -> bool:
+        """The target's loss stopped improving: redraw only the elements it still depends
+        on (an element caught in a local minimum of its own, such as Sin(-1 / Cos(x)) at
+        x = 0, among thousands that are valid), for as long as each such redraw redraws
+        fewer elements than the last (up to MAX_PARTIAL strikes). False when it does not."""
+        nonlocal target, pending, strikes, last_partial
+        n = s.resample_where(grads) if grads is not None and strikes < MAX_PARTIAL else 0
+        if not n:
+            strikes, last_partial = 0, math.inf  # a full restart follows
+            return False
+        strikes += n >= last_partial
+        last_partial = n
+        target, pending = None, None
+        return True
 
     while True:
         iters += 1
@@ -504,7 +539,8 @@ def search_values(
                 # sign(gradient), which a short enough step descends), unless a new guard
                 # changes the gradient.
                 if not opt.trusted(pending.grads):
-                    give_up(pending.target)
+                    if not redraw_own(pending.grads):
+                        give_up(pending.target)
                     continue
                 opt.restart()
                 if broke and bad in guards:
@@ -526,9 +562,10 @@ def search_values(
         stall = 0 if value < best * (1 - 1e-3) else stall + 1
         best = min(best, value)
         if stall > patience or steps > max_steps:
-            redraws = 0
-            s.resample()
-            target = None
+            if not redraw_own(list(torch.autograd.grad(loss, s.trainable(), allow_unused=True))):
+                redraws = 0
+                s.resample()
+                target = None
             continue
         grads = _step_grads(s.trainable(), loss, guard)
         if not any(g is not None and bool(g.any()) for g in grads):

@@ -217,7 +217,7 @@ class Runner:
         """For each output: a float output with extra gradient paths, a shadow, or None."""
         grads = [_grad_view(x, s) for x, s in zip(xs, ss)]
         name = spec.name()
-        if name.startswith("Cast"):
+        if name.startswith("Cast") or name == "TypeAs":  # (TypeAs: a cast to its second input's dtype)
             return [_cast(xs[0], grads[0], outs[0])]
         if name in ("Greater", "Less", "Equal"):
             return [_compare(name, xs, grads, outs[0])]

@@ -35,13 +35,16 @@ NaN/Inf output, and casts from floats to integers stay in range):
 - `box`: per-element lower and upper bounds, started where some elements are
   the same in every execution (padding, a zeroed triangle) and computed by
   running ops monotone in each input on the lower and on the upper bounds
-  (decreasing ones swapped, products at the corners): the output's bounds are
+  (decreasing ones swapped, products at the corners, norms on the bounds of |x|,
+  a product of non-negative factors on its factors' bounds, a non-monotone pointwise
+  map exactly where an element is known): the output's bounds are
   the boxes' extremes, some element is at most the least upper bound (a row
   minimum that sees a padding of -2 is at most -2), and elements whose bounds
   meet hold that value in every execution.
 
 Values whose elements are all equal (one element, and what pointwise and
-layout ops make of such) have ArgMax and ArgMin 0 (the first of equal values).
+layout ops make of such) have ArgMax and ArgMin 0 (the first of equal values),
+and a Softmax (LogSoftmax) of 1/n (-log n) everywhere.
 
 Between values, the analysis knows one order: the maximum of all of a value's
 elements (a ReduceMax to one element, or what picks from it) is at least each

@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+import torch
+
 from nnsmith_cov.gen.feasibility.boxes import boxes
 from nnsmith_cov.gen.feasibility.exact import exact_only
 from nnsmith_cov.gen.feasibility.facts import Infeasible, Range, constant, dtype_range, point
@@ -84,6 +86,8 @@ def _pass(graph: GraphIR, hints: dict[int, Range]) -> tuple[str | None, dict[int
                 return f"{inst.op}: a window lies wholly in the padding", env, {}
             if inst.op in ("ArgMax", "ArgMin") and inst.inputs[0] in even:
                 outs = [constant(0.0, f"{inst.op} of equal values")]
+            elif inst.op in ("Softmax", "LogSoftmax") and inst.inputs[0] in even and a["in_types"][0].shape[a.dim] > 1:
+                outs = [_softmax_of_equal(inst.op, a)]
             else:
                 outs = boxes(inst, a, ins, transfer(inst, a, ins, [graph.types[v] for v in inst.outputs]))
             if inst.inputs and all(v in even for v in inst.inputs) and keeps_even(inst):
@@ -97,6 +101,15 @@ def _pass(graph: GraphIR, hints: dict[int, Range]) -> tuple[str | None, dict[int
         env.update(zip(inst.outputs, outs))
         made.update(zip(inst.outputs, outs))
     return None, env, {v: r for v, r in env.items() if r is not made.get(v)}
+
+
+def _softmax_of_equal(name: str, a) -> Range:
+    """A Softmax (LogSoftmax) of equal values: 1/n (-log n) everywhere, whatever the values,
+    so computed on zeros in the op's dtype."""
+    t = a["in_types"][0]
+    with torch.no_grad():
+        y = op_by_name(name).forward(a, torch.zeros(t.shape, dtype=t.dtype.torch))
+    return constant(float(y.reshape(-1)[0]) if y.numel() else 0.0, f"{name} of equal values")
 
 
 def prove_infeasible(graph: GraphIR) -> str | None:

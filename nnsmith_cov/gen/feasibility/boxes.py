@@ -10,7 +10,7 @@ import torch
 
 from nnsmith_cov.abstract.dtype import DType
 from nnsmith_cov.gen.feasibility.elementwise import UNARY, rising
-from nnsmith_cov.gen.feasibility.facts import Infeasible, Range
+from nnsmith_cov.gen.feasibility.facts import Infeasible, Range, point
 from nnsmith_cov.gen.feasibility.layout import KEEP_ALL, SUBSET
 from nnsmith_cov.gen.feasibility.values import MAX_VALUES, of_values
 from nnsmith_cov.gen.graph_ir import Inst
@@ -30,6 +30,11 @@ _MONOTONE = _MOVES | {
     "Sqrt", "Asin",
 }  # fmt: skip
 _DECREASING = {"Neg": "Neg", "Acos": "Acos"}
+# Reductions monotone in each element's magnitude: run on the bounds of |x|.
+_OF_MAGNITUDE = {"ReduceL1", "ReduceL2", "ReduceSumSquare"}
+# Non-monotone pointwise maps: exact where an element is known (lo == hi), else bounded by
+# the op's range only.
+_POINTWISE_OTHER = {name for name, (_, trend, _) in UNARY.items() if trend == 0} - {"Abs"}
 # Ops whose output holds elements the same in every execution (padding, a zeroed triangle):
 # boxes start there and are followed while they say more than the value's range.
 _BOX_SOURCES = {"PadConstant", "Tril", "Triu"}
@@ -45,7 +50,8 @@ def _whole(t, r: Range, dt: torch.dtype) -> Box:
 
 def _clean(lo: torch.Tensor, hi: torch.Tensor) -> Box:
     """Bounds with NaN (0 * inf, inf - inf) read as no bound."""
-    return lo.nan_to_num(nan=-math.inf), hi.nan_to_num(nan=math.inf)
+    # (nan_to_num would also turn infinities into the dtype's largest values)
+    return lo.nan_to_num(nan=-math.inf, posinf=math.inf), hi.nan_to_num(nan=math.inf, neginf=-math.inf)
 
 
 def _box_of(inst: Inst, a, ins: list[Range]) -> list[Box] | None:
@@ -84,6 +90,18 @@ def _box_of(inst: Inst, a, ins: list[Range]) -> list[Box] | None:
                 ((lo, hi),) = boxes
                 los = torch.where(lo >= 0, lo, torch.where(hi <= 0, -hi, torch.zeros_like(lo)))
                 his = torch.maximum(lo.abs(), hi.abs())
+            elif name in _OF_MAGNITUDE:
+                ((lo, hi),) = boxes
+                mag_lo = torch.where(lo >= 0, lo, torch.where(hi <= 0, -hi, torch.zeros_like(lo)))
+                los, his = fwd(a, mag_lo), fwd(a, torch.maximum(lo.abs(), hi.abs()))
+            elif name == "ReduceProd" and all(bool((lo >= 0).all()) for lo, _ in boxes):
+                ((lo, hi),) = boxes  # a product of non-negative factors grows with each
+                los, his = fwd(a, lo), fwd(a, hi)
+            elif name in _POINTWISE_OTHER:
+                ((lo, hi),) = boxes
+                y, known = fwd(a, lo), lo == hi
+                los = torch.where(known, y, torch.full_like(y, -math.inf))
+                his = torch.where(known, y, torch.full_like(y, math.inf))
             elif name == "Sub":
                 (p_lo, p_hi), (q_lo, q_hi) = boxes
                 los, his = fwd(a, p_lo, q_hi), fwd(a, p_hi, q_lo)
@@ -119,7 +137,10 @@ def boxes(inst: Inst, a, ins: list[Range], outs: list[Range]) -> list[Range]:
     bounds meet hold that value in every execution (an Inf there means every execution
     has one)."""
     outs = [replace(r, box=None) if r.box is not None else r for r in outs]  # only the op's own
-    if not (inst.op in _BOX_SOURCES or any(r.box is not None for r in ins)):
+    # A Concat of a known part (a zeroed triangle, folded away to its value) and others
+    # starts a box too.
+    concat_known = inst.op.startswith("Concat") and any(point(r) for r in ins) and not all(point(r) for r in ins)
+    if not (inst.op in _BOX_SOURCES or concat_known or any(r.box is not None for r in ins)):
         return outs
     got = _box_of(inst, a, ins)
     if got is None:
@@ -127,6 +148,9 @@ def boxes(inst: Inst, a, ins: list[Range], outs: list[Range]) -> list[Range]:
     src = next((x.src for x in ins if x.src), "") or inst.op
     boxed = []
     for r, (lo, hi), t in zip(outs, got, a["out_types"]):
+        # The value's range bounds every element too.
+        if r.lo > -math.inf or r.hi < math.inf:  # (in float64: a bound beyond float16's range)
+            lo, hi = lo.double().clamp(min=r.lo).to(lo.dtype), hi.double().clamp(max=r.hi).to(hi.dtype)
         known = lo == hi
         lo_min, lo_max = (float(c) for c in torch.aminmax(lo))
         hi_min, hi_max = (float(c) for c in torch.aminmax(hi))

@@ -39,12 +39,13 @@ UNARY = {
     "Abs": (torch.abs, 0, None),
     "Gelu": (F.gelu, 0, None),
     "HardSwish": (F.hardswish, 0, None),
+    "Mish": (F.mish, 0, None),
     "Sin": (torch.sin, 0, None),
     "Cos": (torch.cos, 0, None),
 }
 _INTEGRAL_RESULT = {"Floor", "Ceil", "Round", "Sign"}
 # Interior extremes of the non-monotone maps: (where, value).
-_DIPS = {"Gelu": [(-0.7517916, -0.1699702)], "HardSwish": [(-1.5, -0.375)]}
+_DIPS = {"Gelu": [(-0.7517916, -0.1699702)], "HardSwish": [(-1.5, -0.375)], "Mish": [(-1.192431, -0.3088435)]}
 
 
 def _f(fn, x: float) -> float:
@@ -61,7 +62,7 @@ def _fact(fn, x: float, none: float) -> float:
 
 
 # Non-decreasing unary ops with attributes: computed with their own forward.
-_RISING_OPS = {"Softplus", "Asinh", "Celu", "Shrink", "ThresholdedRelu"}
+_RISING_OPS = {"Softplus", "Asinh", "Celu", "Shrink", "ThresholdedRelu", "FakeQuantize"}
 
 
 def rising(name: str, a) -> bool:
@@ -100,7 +101,7 @@ def unary(name: str, r: Range, a) -> Range:
         below = INF if r.above == -INF else _f(fn, r.above)
         above = -INF if r.below == INF else _f(fn, r.below)
         out = Range(_f(fn, hi), _f(fn, lo), forced, below, above, integral, r.src)
-    else:  # Abs, Sin, Cos, Gelu, HardSwish: not monotone, so each fact goes through the image
+    else:  # Abs, Sin, Cos, Gelu, HardSwish, Mish: not monotone, so each fact goes through the image
         bottom, top = _image(name, fn, lo, hi)
         # An element certainly in [lo, below] (or [above, hi]) is certainly in that
         # interval's image: some output element is at most its top, at least its bottom.
@@ -132,7 +133,7 @@ def _image(name: str, fn, lo: float, hi: float) -> tuple[float, float]:
             ys.append(1.0 if k % 2 == 0 else -1.0)
             k += 1
         return max(-1.0, min(ys)), min(1.0, max(ys))
-    # Gelu, HardSwish: increasing but for one dip
+    # Gelu, HardSwish, Mish: increasing but for one dip
     ends = [_f(fn, lo), _f(fn, hi)]
     dips = [v for where, v in _DIPS[name] if lo <= where <= hi]
     return min(ends + dips), max(ends)

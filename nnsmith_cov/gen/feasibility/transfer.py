@@ -11,7 +11,7 @@ import torch
 
 from nnsmith_cov.abstract.dtype import DType
 from nnsmith_cov.gen.feasibility.elementwise import UNARY, cast, mul_bounds, rising, unary
-from nnsmith_cov.gen.feasibility.facts import INF, SLACK, SLACKS, Range, constant, dtype_range, hull, zero
+from nnsmith_cov.gen.feasibility.facts import INF, SLACK, SLACKS, Infeasible, Range, constant, dtype_range, hull, zero
 from nnsmith_cov.gen.feasibility.layout import KEEP_ALL, SUBSET, pad_widths, triangle_keeps, triangle_zeros
 from nnsmith_cov.gen.feasibility.values import pointwise_values, union
 from nnsmith_cov.gen.graph_ir import GraphIR, Inst
@@ -45,6 +45,15 @@ def _sum(x: Range, n: int, dt: DType) -> Range:
     above = n * x.lo * shrink if x.lo > 0 else -INF
     below = n * x.hi * shrink if x.hi < 0 else INF
     return Range(lo, hi, above=above, below=below, src=x.src)
+
+
+def _product_of_positives(x: Range, n: int, dt: DType) -> Range:
+    """The product of n elements each >= x.lo > 0: at least x.lo ** n (less rounding), so
+    beyond dt's range it is Inf in every execution."""
+    log_least = n * math.log(x.lo) + math.log1p(-_rounding(dt, n)) if _rounding(dt, n) < 1 else -INF
+    if log_least > math.log(float(torch.finfo(dt.torch).max)):
+        raise Infeasible(f"ReduceProd <- {x.src or 'its input'}: Inf in every execution (each factor >= {x.lo:g})")
+    return Range(math.exp(log_least) if log_least > -700 else 0.0, INF, src=x.src)
 
 
 def transfer(inst: Inst, a, ins: list[Range], out_types) -> list[Range]:
@@ -113,6 +122,8 @@ def transfer(inst: Inst, a, ins: list[Range], out_types) -> list[Range]:
             return [constant(0.0, f"{name}(diagonal={a.diagonal}) zeroing everything")]
         zeros = union([x, constant(0.0, "")])
         return [Range(min(x.lo, 0.0), max(x.hi, 0.0), frozenset({0.0}), integral=x.integral, src=name, values=zeros)]
+    if name == "ReduceProd" and x.lo > 0 and out_types[0].dtype.is_float:
+        return [_product_of_positives(x, math.prod(a["in_types"][0].shape), out_types[0].dtype)]
     if name in ("Softmax", "LogSoftmax"):
         n = a["in_types"][0].shape[a.dim]
         if n == 1:

@@ -53,6 +53,7 @@ def union(rs: list[Range]) -> frozenset[float] | None:
 # with the op's own forward, on every combination.
 POINTWISE_UNARY = set(UNARY) | {
     "Clip", "Not", "IsNaN", "IsInf", "Softplus", "Celu", "ThresholdedRelu", "Shrink", "Mish", "Asinh", "BitwiseNot",
+    "FakeQuantize",
 }  # fmt: skip
 POINTWISE_NARY = {
     "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Equal", "Greater", "Less", "GreaterEqual", "LessEqual",
@@ -90,14 +91,24 @@ def pointwise_values(inst: Inst, a, ins: list[Range]) -> list[Range] | None:
     if isinstance(out, tuple | list) or out.dim() != k:
         return None
     res = out.detach().double().reshape(-1)
-    res = res[torch.isfinite(res)]
     src = next((r.src for r in ins if r.src), "") or inst.op
+    # A value some element certainly takes gives its image, certainly taken too (one
+    # input: the results lie along its value list); a NaN/Inf image is in every execution.
+    forced = set()
+    if k == 1:
+        for x, y in zip(per_value[distinct[0]], res.tolist()):
+            if x in ins[0].forced:
+                if not math.isfinite(y):
+                    raise Infeasible(f"{inst.op} <- {src}: NaN/Inf at {x:g}, a value its input certainly takes")
+                forced.add(y)
+    res = res[torch.isfinite(res)]
     if res.numel() == 0:
         raise Infeasible(f"{inst.op} <- {src}: NaN/Inf on every value its inputs may take")
     found = frozenset(float(c) for c in torch.unique(res))
     if len(found) > MAX_VALUES:
-        return [Range(min(found), max(found), integral=all(c.is_integer() for c in found), src=src)]
-    return [of_values(found, src)]
+        lo, hi = min(found), max(found)
+        return [Range(lo, hi, frozenset(forced), integral=all(c.is_integer() for c in found), src=src)]
+    return [of_values(found, src, frozenset(forced))]
 
 
 def fold(inst: Inst, a, ins: list[Range]) -> list[Range] | str | None:
