@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -53,23 +54,29 @@ def _model(kind: str) -> tuple[bytes, dict[str, np.ndarray]]:
     return model.SerializeToString(), {"x": x}
 
 
-def _run(worker: WorkerHandle, kind: str) -> tuple[set[int], dict[str, np.ndarray]]:
+def _run(worker: WorkerHandle, kind: str, backend: str = "ort") -> tuple[set[int], dict[str, np.ndarray]]:
     onnx_bytes, inputs = _model(kind)
-    request = {"kind": "run", "backend": "ort", "opt": "opt", "onnx": onnx_bytes, "inputs": encode_arrays(inputs)}
+    request = {"kind": "run", "backend": backend, "opt": "opt", "onnx": onnx_bytes, "inputs": encode_arrays(inputs)}
     reply = worker.call(request, 120)
     assert reply.msg is not None and reply.msg["kind"] == "outputs", reply
     return set(Hits.from_wire(reply.msg["hits"]).index.tolist()), decode_arrays(reply.msg["outputs"])
 
 
-@pytest.fixture(scope="module")
-def worker(tmp_path_factory: pytest.TempPathFactory):
-    w = WorkerHandle(["ort"], tmp_path_factory.mktemp("binary") / "worker.log", collector="binary")
+def _started(specs: list[str], log: Path) -> WorkerHandle:
+    """A started worker under the binary collector (the test skipped where frida cannot attach)."""
+    w = WorkerHandle(specs, log, collector="binary")
     try:
         w.start()
     except WorkerStartError as e:
         if "cannot attach" in str(e):
             pytest.skip(f"frida cannot attach here: {e}")
         raise
+    return w
+
+
+@pytest.fixture(scope="module")
+def worker(tmp_path_factory: pytest.TempPathFactory):
+    w = _started(["ort"], tmp_path_factory.mktemp("binary") / "worker.log")
     yield w
     w.close()
 
@@ -233,24 +240,9 @@ def test_only_backends_in_the_followed_module_run_on_the_measuring_thread(local:
 def test_self_check_covers_every_followed_backend(tmp_path) -> None:
     """Two backends in the followed module: the worker checks both at start and serves both."""
     specs = ["ort", "faulty_backends:RefusesUnitShapes"]
-    w = WorkerHandle(specs, tmp_path / "worker.log", collector="binary")
+    w = _started(specs, tmp_path / "worker.log")
     try:
-        w.start()
-    except WorkerStartError as e:
-        if "cannot attach" in str(e):
-            pytest.skip(f"frida cannot attach here: {e}")
-        raise
-    try:
-        onnx_bytes, inputs = _model("conv")
         for spec in specs:
-            request = {
-                "kind": "run",
-                "backend": spec,
-                "opt": "opt",
-                "onnx": onnx_bytes,
-                "inputs": encode_arrays(inputs),
-            }
-            reply = w.call(request, 120)
-            assert reply.msg is not None and reply.msg["kind"] == "outputs", reply
+            _run(w, "conv", spec)  # asserts the reply holds outputs
     finally:
         w.close()

@@ -54,6 +54,11 @@ def _clean(lo: torch.Tensor, hi: torch.Tensor) -> Box:
     return lo.nan_to_num(nan=-math.inf, posinf=math.inf), hi.nan_to_num(nan=math.inf, neginf=-math.inf)
 
 
+def _magnitude(lo: torch.Tensor, hi: torch.Tensor) -> Box:
+    """Per-element bounds of |x| for x in [lo, hi]."""
+    return torch.where(lo >= 0, lo, torch.where(hi <= 0, -hi, torch.zeros_like(lo))), torch.maximum(lo.abs(), hi.abs())
+
+
 def _box_of(inst: Inst, a, ins: list[Range]) -> list[Box] | None:
     """Per-element bounds of the outputs of `inst`, from its inputs' boxes (or ranges)."""
     name = inst.op
@@ -87,13 +92,10 @@ def _box_of(inst: Inst, a, ins: list[Range]) -> list[Box] | None:
                     lo, hi = lo.clamp(dom[0], dom[1]), hi.clamp(dom[0], dom[1])
                 los, his = fwd(a, hi), fwd(a, lo)
             elif name == "Abs":
-                ((lo, hi),) = boxes
-                los = torch.where(lo >= 0, lo, torch.where(hi <= 0, -hi, torch.zeros_like(lo)))
-                his = torch.maximum(lo.abs(), hi.abs())
+                los, his = _magnitude(*boxes[0])
             elif name in _OF_MAGNITUDE:
-                ((lo, hi),) = boxes
-                mag_lo = torch.where(lo >= 0, lo, torch.where(hi <= 0, -hi, torch.zeros_like(lo)))
-                los, his = fwd(a, mag_lo), fwd(a, torch.maximum(lo.abs(), hi.abs()))
+                mag_lo, mag_hi = _magnitude(*boxes[0])
+                los, his = fwd(a, mag_lo), fwd(a, mag_hi)
             elif name == "ReduceProd" and all(bool((lo >= 0).all()) for lo, _ in boxes):
                 ((lo, hi),) = boxes  # a product of non-negative factors grows with each
                 los, his = fwd(a, lo), fwd(a, hi)

@@ -62,19 +62,19 @@ def _fact(fn, x: float, none: float) -> float:
 
 
 # Non-decreasing unary ops with attributes: computed with their own forward.
-_RISING_OPS = {"Softplus", "Asinh", "Celu", "Shrink", "ThresholdedRelu", "FakeQuantize"}
+RISING_OPS = {"Softplus", "Asinh", "Celu", "Shrink", "ThresholdedRelu", "FakeQuantize"}
 
 
 def rising(name: str, a) -> bool:
     """Whether `name` with attributes `a` is a non-decreasing map (ThresholdedRelu only
     for a threshold >= 0: below a negative one it lifts x to 0)."""
-    return name in _RISING_OPS and (name != "ThresholdedRelu" or a.alpha >= 0)
+    return name in RISING_OPS and (name != "ThresholdedRelu" or a.alpha >= 0)
 
 
 def unary(name: str, r: Range, a) -> Range:
     if name == "Clip":
         fn, trend, dom = (lambda t: torch.clamp(t, a.lo, a.hi)), 1, None
-    elif name in _RISING_OPS:
+    elif name in RISING_OPS:
         fn, trend, dom = (lambda t: op_by_name(name).forward(a, t)), 1, None
     else:
         fn, trend, dom = UNARY[name]

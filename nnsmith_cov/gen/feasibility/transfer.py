@@ -50,7 +50,8 @@ def _sum(x: Range, n: int, dt: DType) -> Range:
 def _product_of_positives(x: Range, n: int, dt: DType) -> Range:
     """The product of n elements each >= x.lo > 0: at least x.lo ** n (less rounding), so
     beyond dt's range it is Inf in every execution."""
-    log_least = n * math.log(x.lo) + math.log1p(-_rounding(dt, n)) if _rounding(dt, n) < 1 else -INF
+    rounding = _rounding(dt, n)
+    log_least = n * math.log(x.lo) + math.log1p(-rounding) if rounding < 1 else -INF
     if log_least > math.log(float(torch.finfo(dt.torch).max)):
         raise Infeasible(f"ReduceProd <- {x.src or 'its input'}: Inf in every execution (each factor >= {x.lo:g})")
     return Range(math.exp(log_least) if log_least > -700 else 0.0, INF, src=x.src)

@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from nnsmith_cov.gen.feasibility.elementwise import UNARY
+from nnsmith_cov.gen.feasibility.elementwise import RISING_OPS, UNARY
 from nnsmith_cov.gen.feasibility.facts import Infeasible, Range, constant, point
 from nnsmith_cov.gen.graph_ir import Inst
 from nnsmith_cov.ops import op_by_name
@@ -51,10 +51,7 @@ def union(rs: list[Range]) -> frozenset[float] | None:
 # Pointwise ops: each output element is the op of the input elements at its position (after
 # broadcasting). On inputs whose value sets are known, the output's set is computed exactly,
 # with the op's own forward, on every combination.
-POINTWISE_UNARY = set(UNARY) | {
-    "Clip", "Not", "IsNaN", "IsInf", "Softplus", "Celu", "ThresholdedRelu", "Shrink", "Mish", "Asinh", "BitwiseNot",
-    "FakeQuantize",
-}  # fmt: skip
+POINTWISE_UNARY = set(UNARY) | RISING_OPS | {"Clip", "Not", "IsNaN", "IsInf", "BitwiseNot"}
 POINTWISE_NARY = {
     "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Equal", "Greater", "Less", "GreaterEqual", "LessEqual",
     "And", "Or", "Xor", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "Where",
