@@ -144,6 +144,13 @@ def _add_gen_flags(p: argparse.ArgumentParser) -> None:
         help="share of graphs exported with symbolic input dims (default 0; fuzz with feedback: "
         "the scheduler's choice)",
     )
+    p.add_argument(
+        "--roundtrip",
+        type=_share,
+        metavar="P",
+        help="share of graphs that backends with a text form of their IR (tvm) compile from it printed "
+        "and parsed back (default 0; fuzz with feedback: the scheduler's choice)",
+    )
 
 
 # With feedback, what the scheduler may choose among when the user says nothing.
@@ -164,6 +171,7 @@ def _gen_config(args: argparse.Namespace, feedback: bool = False) -> GenConfig:
         work_budget=args.solver_work,
         opsets=args.opsets or (FEEDBACK_OPSETS if feedback else GenConfig.opsets),
         dynamic_prob=args.dynamic or 0.0,
+        roundtrip_prob=args.roundtrip or 0.0,
     )
 
 
@@ -388,6 +396,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
 
     from rich.live import Live
 
+    from nnsmith_cov.backends.registry import roundtrips
     from nnsmith_cov.campaign.fuzz_loop import FuzzConfig, Fuzzer
     from nnsmith_cov.campaign.run_dir import RunDir, RunDirError
     from nnsmith_cov.campaign.status import Ticker, log_console, log_line, screen, summary
@@ -440,6 +449,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
             pass_filters=args.pass_filter,
             generator=args.generator,
             dynamic_arm=feedback and args.dynamic is None,
+            roundtrip_arm=feedback and args.roundtrip is None and any(map(roundtrips, args.backends)),
         )
         fuzzer = Fuzzer(fuzz_cfg, run, worker, lambda ev: _print_event(console, ev), corpus=True)
         with console.status("measuring the branch universe" if collector else "starting"):
@@ -542,6 +552,7 @@ def _restore_fuzz_args(args: argparse.Namespace) -> None:
         args.solver_work = gen.get("work_budget", GenConfig.work_budget)  # campaigns from before it existed
         # Campaigns from before the export arms: opset 20, static.
         args.opsets, args.dynamic = gen.get("opsets", list(GenConfig.opsets)), gen.get("dynamic_prob", 0.0)
+        args.roundtrip = gen.get("roundtrip_prob", 0.0)  # campaigns from before the round-trip arm: none
         args.backends, args.seed = c["backends"], c["seed"]
         args.rtol, args.atol, args.half_rtol, args.half_atol = c["rtol"], c["atol"], c["half_rtol"], c["half_atol"]
         args.timeout_s, args.search, args.no_localize = c["timeout_s"], search["method"], not c["localize"]

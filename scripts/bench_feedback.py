@@ -4,12 +4,13 @@
 Runs two campaigns side by side, one process each, so that they share the machine
 fairly (one worker each; with 2 cores, one core each), same seed, same time; by
 default `--feedback on` and `--feedback off` (plain NNSmith: opset 20, static
-shapes). `--modes on,off-var` compares with feedback off drawing the export
-choices the scheduler has arms for (opsets 11-20, symbolic dims in half the
-graphs) uniformly instead: what the scheduler's learning adds beyond the reach of
-those choices. Then reads both corpora and prints each timeline, total, pass-only
-and unique branches (reached by one campaign only), and writes `nnsmith-cov
-report`'s table and figures into OUT/report.
+shapes, no IR text round trip). `--modes on,off-var` compares with feedback off
+drawing the export choices the scheduler has arms for (opsets 11-20, symbolic
+dims and the round trip each in half the graphs) uniformly instead: what the
+scheduler's learning adds beyond the reach of those choices. Then reads both
+corpora and prints each timeline, total, pass-only and unique branches (reached
+by one campaign only), and writes `nnsmith-cov report`'s table and figures into
+OUT/report.
 
     python scripts/bench_feedback.py [--time 30m] [--seed 1] [--out out/bench-feedback]
     python scripts/bench_feedback.py --modes on,off-var --out out/bench-feedback-var
@@ -32,7 +33,7 @@ from nnsmith_cov.report.plots import unit_word
 MODES = {
     "on": ["--feedback", "on"],
     "off": ["--feedback", "off"],
-    "off-var": ["--feedback", "off", "--opsets", "11-20", "--dynamic", "0.5"],
+    "off-var": ["--feedback", "off", "--opsets", "11-20", "--dynamic", "0.5", "--roundtrip", "0.5"],
 }
 
 

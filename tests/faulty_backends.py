@@ -102,3 +102,14 @@ class RefusesUnitShapes(OrtBackend):
         if all(d == 1 for d in dims):
             raise RuntimeError("unit shapes refused")
         return super().compile(model, opt)
+
+
+class BadText(OrtBackend):
+    """Has a text form of its IR whose parser refuses every printed model."""
+
+    name = "bad-text"
+
+    def roundtrip(self, model: Any) -> Any:
+        from nnsmith_cov.backends.base import BackendError, Stage
+
+        raise BackendError(Stage.ROUNDTRIP, SyntaxError("printed module does not parse"))

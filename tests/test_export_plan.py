@@ -1,5 +1,5 @@
-"""How a graph becomes ONNX: the opset and symbolic input dims drawn per graph, their
-record in GraphIR, the export itself, and the scheduler's arms over them."""
+"""How a graph reaches the backends: the opset, symbolic input dims and IR text round trip
+drawn per graph, their record in GraphIR, the export itself, and the scheduler's arms over them."""
 
 from __future__ import annotations
 
@@ -120,9 +120,31 @@ def test_graph_json_keeps_the_plan_and_reads_schema_1_as_static_opset_20():
     assert "opset 15" in g.text() and "dynamic" in g.text()
 
 
+def test_the_round_trip_plan_is_kept_and_absent_means_direct():
+    g = _small_graph()
+    direct = g.dumps()
+    assert "roundtrip" not in direct  # graphs from before the plan hash as they did
+    g.roundtrip = True
+    back = GraphIR.loads(g.dumps())
+    assert back.roundtrip and back.content_hash() == g.content_hash() != GraphIR.loads(direct).content_hash()
+    assert not GraphIR.loads(direct).roundtrip
+    assert "compiled from its IR's text" in g.text()
+
+
+def test_a_round_trip_is_drawn_only_with_a_share():
+    for prob in (0.0, 1.0):
+        cfg = GenConfig(nodes=4, ops=ALL_OPS, roundtrip_prob=prob)
+        for seed in range(3):
+            gen = generate(cfg, seed)
+            labels = [label for label, _ in gen.record.draws]
+            assert gen.graph.roundtrip == gen.record.roundtrip == (prob == 1.0)
+            assert labels.count("export.roundtrip") == (prob > 0)
+
+
 @pytest.mark.parametrize(
     "export",
     [
+        {"opset": 17, "dynamic": [], "roundtrip": 1},
         {"opset": "17", "dynamic": []},
         {"opset": True, "dynamic": []},
         {"opset": 0, "dynamic": []},
@@ -214,13 +236,24 @@ def test_the_dynamic_arm_follows_its_reward_and_is_absent_unless_asked():
     assert Scheduler(NAMES, 10, seed=2).propose().dynamic_prob is None
 
 
+def test_the_round_trip_arm_follows_its_reward_and_is_absent_unless_asked():
+    def trips_pay(rec: GenRecord, t: int) -> float:
+        return 0.4 if rec.roundtrip else 0.02
+
+    trace = run(Scheduler(NAMES, 10, seed=5, roundtrip=True), trips_pay, 400, seed=5)
+    assert trace.roundtrip_prob(200, 400) > 0.7
+    assert Scheduler(NAMES, 10, seed=5).propose().roundtrip_prob is None
+    assert Scheduler(NAMES, 10, seed=5, feedback=False, roundtrip=True).propose().roundtrip_prob is None
+
+
 def test_proposals_and_states_round_trip_with_the_export_arms():
-    s = Scheduler(NAMES, 10, seed=3, opsets=(11, 13, 20), dynamic=True)
+    s = Scheduler(NAMES, 10, seed=3, opsets=(11, 13, 20), dynamic=True, roundtrip=True)
     p = s.propose()
     assert set(p.opset_weights) == {11, 13, 20} and 0.0 <= p.dynamic_prob <= 1.0
+    assert 0.0 <= p.roundtrip_prob <= 1.0
     assert Proposal.from_json(json.loads(json.dumps(p.to_json()))) == p
     rec = GenRecord(seed=0)
-    rec.ops, rec.opset, rec.dynamic = ["Op1"], 13, True
+    rec.ops, rec.opset, rec.dynamic, rec.roundtrip = ["Op1"], 13, True, True
     s.observe(p, rec, Novelty(1, 0))
     restored = Scheduler.from_state(json.loads(json.dumps(s.state())))
     assert restored.propose() == s.propose()
@@ -231,13 +264,27 @@ def test_a_schema_1_state_resumes_without_export_evidence():
     s.observe(s.propose(), GenRecord(seed=0, ops=["Op1"]), Novelty(1, 0))
     state = json.loads(json.dumps(s.state()))
     state["schema"] = 1
-    for key in ("opsets", "dynamic"):
+    for key in ("opsets", "dynamic", "roundtrip"):
         del state["config"][key]
-    for key in ("opset", "dynamic"):
+    for key in ("opset", "dynamic", "roundtrip"):
         del state["groups"][key]
     old = Scheduler.from_state(state)
-    assert old.opsets == (DEFAULT_OPSET,) and not old.dynamic
+    assert old.opsets == (DEFAULT_OPSET,) and not old.dynamic and not old.roundtrip
     assert np.allclose(old.groups["op"].counts, s.groups["op"].counts)
+
+
+def test_a_schema_2_state_resumes_without_round_trip_evidence():
+    s = Scheduler(NAMES, 10, seed=4, opsets=(13, 20), dynamic=True)
+    s.observe(s.propose(), GenRecord(seed=0, ops=["Op1"], opset=13), Novelty(1, 0))
+    state = json.loads(json.dumps(s.state()))
+    state["schema"] = 2
+    del state["config"]["roundtrip"], state["groups"]["roundtrip"]
+    old = Scheduler.from_state(state)
+    assert old.opsets == (13, 20) and old.dynamic and not old.roundtrip
+    assert np.allclose(old.groups["opset"].counts, s.groups["opset"].counts)
+    state["config"]["roundtrip"] = True  # a schema-2 config with a key it never had
+    with pytest.raises(ValueError, match="bad config"):
+        Scheduler.from_state(state)
 
 
 def test_a_model_the_checker_refuses_is_the_exporters_error(monkeypatch):
@@ -281,6 +328,7 @@ def test_a_feedback_campaign_varies_the_export_and_resumes_with_the_same_choices
     gen = json.loads((folder / "config.json").read_text())["generator"]
     assert gen["opsets"] == list(ALL_OPSETS) and gen["dynamic_prob"] is None  # None: the scheduler's arm
     assert {"opset", "dynamic"} <= set(gen["feedback_arms"])
+    assert gen["roundtrip_prob"] == 0.0  # ORT has no text form of its IR: no round-trip arm
     tests, counts = _export_counts(folder)
     opsets = {k: n for k, n in counts.items() if k.startswith("opset ")}
     assert sum(opsets.values()) == tests == counts.get("static", 0) + counts.get("dynamic", 0) == 8
@@ -307,12 +355,25 @@ def test_without_feedback_the_export_is_plain_unless_asked(tmp_path):
     assert all(bool(g.dynamic) == any(g.types[v].shape for v in g.inputs) for g in _campaign_graphs(wide))
 
 
+def test_a_round_trip_share_plans_graphs_and_is_counted(tmp_path):
+    from nnsmith_cov.cli import main
+
+    folder = tmp_path / "trip"
+    argv = ["fuzz", "-o", str(folder), "--tests", "4", "--feedback", "off", "--roundtrip", "1", *CAMPAIGN]
+    assert main(argv) == 0
+    tests, counts = _export_counts(folder)
+    assert tests == counts["roundtrip"] == 4
+    assert all(g.roundtrip for g in _campaign_graphs(folder))
+    assert json.loads((folder / "config.json").read_text())["generator"]["roundtrip_prob"] == 1.0
+
+
 @pytest.mark.parametrize(
     "flags,message",
     [
         (["--opsets", "9-20"], "within 11..20"),
         (["--opsets", "13,x"], "not an opset"),
         (["--dynamic", "1.5"], "in [0, 1]"),
+        (["--roundtrip", "2"], "in [0, 1]"),
     ],
 )
 def test_bad_export_flags_are_one_line_errors(tmp_path, capsys, flags, message):

@@ -26,8 +26,8 @@ def _f32_only(op):
     return type(op.__name__, (op,), {"sigs": sigs})
 
 
-def _fuzz(tmp_path, backend: str, tests: int, timeout_s: float = 60.0, collector: str = ""):
-    gen = GenConfig(nodes=4, ops=[_f32_only(op) for op in select_ops(SIMPLE_OPS)])
+def _fuzz(tmp_path, backend: str, tests: int, timeout_s: float = 60.0, collector: str = "", roundtrip: float = 0.0):
+    gen = GenConfig(nodes=4, ops=[_f32_only(op) for op in select_ops(SIMPLE_OPS)], roundtrip_prob=roundtrip)
     settings = CaseSettings([backend], timeout_s=timeout_s, search={"method": "sampling", "max_iters": 8})
     run = RunDir(tmp_path / "run")
     worker = WorkerHandle([backend], run.worker_log(0), collector=collector)
@@ -194,3 +194,27 @@ def test_import_failures_and_known_signatures_are_not_run_again_at_o0(tmp_path, 
     assert asked == ["opt", "O0", "opt", "opt"]  # only the first of the one signature is localized
     headers = [json.loads(x) for x in (run.root / "findings.jsonl").read_text().splitlines()]
     assert [h["localized"] for h in headers] == ["conversion", None, None]
+
+
+def test_a_text_round_trip_the_parser_refuses_is_a_finding_of_its_own_stage(tmp_path, monkeypatch, capsys):
+    """Graphs planned with a round trip go through the backend's printer and parser; a refusal
+    there is filed at stage roundtrip, without an O0 run (no optimization level reaches it).
+    Graphs without the plan never call it."""
+    asked: list[str] = []
+    call = WorkerHandle.call
+
+    def counting(self, request, timeout_s):
+        if request["kind"] == "run":
+            asked.append(request["opt"])
+        return call(self, request, timeout_s)
+
+    monkeypatch.setattr(WorkerHandle, "call", counting)
+    fuzzer, _, run = _fuzz(tmp_path / "trip", "faulty_backends:BadText", tests=3, roundtrip=1.0)
+    assert fuzzer.stats.findings == {"crash/roundtrip/faulty_backends:BadText": 3}
+    assert asked == ["opt"] * 3
+    headers = [json.loads(x) for x in (run.root / "findings.jsonl").read_text().splitlines()]
+    assert [h["localized"] for h in headers] == ["roundtrip"] * 3
+    assert main(["repro", str(_bundles(run)[0])]) == 0  # the bundle's graph keeps the plan
+    assert capsys.readouterr().out.strip().endswith("reproduces")
+    fuzzer, _, _ = _fuzz(tmp_path / "direct", "faulty_backends:BadText", tests=3)
+    assert fuzzer.stats.passed == 3 and not fuzzer.stats.findings

@@ -25,6 +25,7 @@ class Stage(enum.Enum):
     REFERENCE = "reference"  # PyTorch running the model during the value search
     EXPORT = "export"  # torch.onnx
     IMPORT = "import"  # ONNX -> backend IR
+    ROUNDTRIP = "roundtrip"  # the backend IR printed as text and parsed back (backends that have one)
     COMPILE = "compile"
     EXECUTE = "execute"
 
@@ -63,6 +64,15 @@ class Backend(Protocol):
     def run(self, exe: Any, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Outputs keyed by the ONNX output names; raises BackendError(EXECUTE)."""
         ...
+
+    # Optional: `roundtrip(model) -> model`, the imported model printed in the backend's text
+    # form and parsed back; raises BackendError(ROUNDTRIP). Tests whose graph asks for it
+    # (GraphIR.roundtrip) compile what the parser made (see `has_roundtrip`).
+
+
+def has_roundtrip(backend: Any) -> bool:
+    """Whether `backend` can print its IR as text and parse it back."""
+    return callable(getattr(backend, "roundtrip", None))
 
 
 @dataclass(frozen=True)

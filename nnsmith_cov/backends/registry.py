@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-from nnsmith_cov.backends.base import Backend
+from nnsmith_cov.backends.base import Backend, has_roundtrip
 
 BUILTIN = {
     "ort": "nnsmith_cov.backends.ort:OrtBackend",
@@ -43,3 +43,12 @@ def native_module(spec: str) -> str | None:
         return getattr(backend_class(spec), "native_module", None)
     except (ImportError, AttributeError):
         return None
+
+
+def roundtrips(spec: str) -> bool:
+    """Whether the backend `spec` names can print its IR as text and parse it back (False when
+    it cannot be found)."""
+    try:
+        return has_roundtrip(backend_class(spec))
+    except (ImportError, AttributeError):
+        return False

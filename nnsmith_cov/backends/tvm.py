@@ -50,6 +50,25 @@ class TvmBackend:
             mod = from_onnx(model, keep_params_in_input=False)
         return _TvmModel(mod, [i.name for i in model.graph.input], [o.name for o in model.graph.output])
 
+    def roundtrip(self, model: Any) -> Any:
+        """The imported module printed as TVMScript and parsed back, which must give the same
+        module; compiling the parsed one lets a parse that changes meaning show in the outputs.
+
+        Tensor constants become parameters for the trip and are bound again after it: the
+        printer writes them as `metadata[...]` references, which the parser reads only with the
+        metadata section, and printing that section crashes TVM 0.27 (a segfault in ToJSONGraph).
+        Scalars the printer writes as literals stay inline.
+        """
+        import tvm
+        from tvm import relax
+
+        with staged(Stage.ROUNDTRIP):
+            lifted, params = _lift_constants(model.mod)
+            parsed = tvm.script.from_source(lifted.script())
+            tvm.ir.assert_structural_equal(lifted, parsed, map_free_vars=True)
+            mod = relax.transform.BindParams("main", params)(parsed)
+        return _TvmModel(mod, model.inputs, model.outputs)
+
     def compile(self, model: Any, opt: Opt) -> Any:
         import tvm
         from tvm import relax
@@ -79,6 +98,35 @@ class TvmBackend:
             if len(outs) != len(exe.outputs):
                 raise RuntimeError(f"{len(outs)} outputs returned, model declares {len(exe.outputs)}")
             return {n: _to_numpy(o) for n, o in zip(exe.outputs, outs)}
+
+
+_LIFTED = "lifted_const"  # names of lifted constants: our models name their inputs i<v>
+
+
+def _lift_constants(mod: Any) -> tuple[Any, dict[str, Any]]:
+    """`mod` with main's tensor constants turned into extra parameters, and their values by name."""
+    import tvm
+    from tvm import relax
+
+    lifted: list[tuple[Any, Any]] = []
+
+    @relax.expr_functor.mutator
+    class Lift(relax.PyExprMutator):
+        def visit_generic_const_(self, op: Any) -> Any:
+            if len(op.value.shape) == 0 and "metadata" not in op.script():
+                return op  # a scalar the printer writes as a literal (not uint8, say)
+            var = relax.Var(f"{_LIFTED}{len(lifted)}", op.ty)
+            lifted.append((var, op.value))
+            return var
+
+    gv = mod.get_global_var("main")
+    main = mod[gv]
+    body = Lift(mod).visit_expr(main.body)
+    params = [*main.params, *(v for v, _ in lifted)]
+    funcs = dict(mod.functions.items())
+    funcs[gv] = relax.Function(params, body, main.ret_ty, main.is_pure, main.attrs, main.span)
+    values = {f"{_LIFTED}{k}": value for k, (_, value) in enumerate(lifted)}
+    return tvm.IRModule(funcs, attrs=mod.attrs), values
 
 
 def _to_numpy(out: Any) -> np.ndarray:

@@ -25,7 +25,7 @@ GENERATORS: dict[str, Generate] = {
 # has no arm for LEMON's mutation kind, so that is drawn uniformly; `nodes` bounds LEMON's
 # chain of mutations and GraphFuzzer's operator count.
 FEEDBACK_ARMS: dict[str, tuple[str, ...]] = {
-    "nnsmith": ("op", "direction", "bins", "nodes", "seeded", "opset", "dynamic"),
+    "nnsmith": ("op", "direction", "bins", "nodes", "seeded", "opset", "dynamic", "roundtrip"),
     graphfuzzer.NAME: ("op", "nodes"),
     lemon.NAME: ("op", "nodes"),
 }

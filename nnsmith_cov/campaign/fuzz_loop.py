@@ -48,6 +48,7 @@ class FuzzConfig:
     timeline_s: float = 5.0  # a coverage-over-time point at least this often
     generator: str = "nnsmith"  # or a baseline: graphfuzzer, lemon (nnsmith_cov.baselines)
     dynamic_arm: bool = False  # the scheduler chooses the share of dynamic-dim exports (gen.dynamic_prob unused)
+    roundtrip_arm: bool = False  # ... and of graphs compiled from the IR's text (gen.roundtrip_prob unused)
 
     def to_json(self) -> dict[str, Any]:
         gen = self.gen
@@ -67,6 +68,7 @@ class FuzzConfig:
                 "work_budget": gen.work_budget,
                 "opsets": list(gen.opsets),
                 "dynamic_prob": None if self.dynamic_arm else gen.dynamic_prob,  # None: the scheduler's
+                "roundtrip_prob": None if self.roundtrip_arm else gen.roundtrip_prob,
                 "ops": sorted(o.name() for o in gen.ops),
                 "name": self.generator,
                 # the scheduler's knobs this generator follows (none without feedback)
@@ -105,7 +107,7 @@ class RunStats:
     resumed_s: float = 0.0  # campaign time before this process took over (resume)
     corpus: int = 0  # tests kept in the corpus for new coverage
     op_tests: collections.Counter[str] = field(default_factory=collections.Counter)  # generated tests holding each op
-    # generated tests by export plan: "opset 13", ..., "static", "dynamic"
+    # generated tests by export plan: "opset 13", ..., "static", "dynamic", and "roundtrip"
     export_tests: collections.Counter[str] = field(default_factory=collections.Counter)
 
     def elapsed(self) -> float:
@@ -255,6 +257,7 @@ class Fuzzer:
             feedback=self.cfg.feedback,
             opsets=gen.opsets,
             dynamic=self.cfg.dynamic_arm,
+            roundtrip=self.cfg.roundtrip_arm,
         )
 
     def _resume(self) -> None:
@@ -376,6 +379,7 @@ class Fuzzer:
         st.op_tests.update(set(gen.record.ops))
         if gen.record.ops:
             st.export_tests.update([f"opset {gen.record.opset}", "dynamic" if gen.record.dynamic else "static"])
+            st.export_tests.update(["roundtrip"] * gen.record.roundtrip)
         for stage, ms in result.ms.items():
             st.stage_ms[stage].append(ms)
         novelty = self.account_coverage(result)

@@ -17,8 +17,10 @@ where a worker that dies or hangs was:
   {"kind": "export", "graph": <GraphIR JSON>, "values": {"i0": <array>, "w1": ...}}
       -> {"kind": "prepared", "onnx": <bytes> | null, "ms": {"export": 8.1}, "error": <error> | null}
          (a stored test's values exported again, without a search: how a replay re-measures it)
-  {"kind": "run", "backend": "ort", "opt": "opt", "onnx": <bytes>, "inputs": {"i0": <array>}}
+  {"kind": "run", "backend": "ort", "opt": "opt", "onnx": <bytes>, "inputs": {"i0": <array>}, "roundtrip": false}
       -> {"kind": "outputs", "outputs": {"o3": <array>}, "ms": {"compile": 12.5, "execute": 0.4}}
+         ("roundtrip" true, optional: a backend with a text form of its IR compiles the imported
+         model printed and parsed back, timed as a stage of its own between import and compile)
       |  {"kind": "error", "error": <error>}
   {"kind": "warm_up", "backends": ["tvm"]}
       -> {"kind": "warm"}            (a small model exported and run once, unmeasured)

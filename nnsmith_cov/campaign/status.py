@@ -35,6 +35,7 @@ ARM_GROUPS = (
     ("seeded", "origin"),
     ("opset", "opset"),
     ("dynamic", "shape"),
+    ("roundtrip", "IR text"),
 )
 
 
@@ -272,7 +273,7 @@ def log_line(
         top = [f"top ops {_arms(arms.get('op') or [], 3, ' ')}"]
         if arms.get("opset"):
             top.append(f"opset {_arms(arms['opset'], 2, ' ')}")
-        top += [f"{x} {p:.3g}" for x in ("dynamic", "seeded") if (p := _share(arms, x, x)) is not None]
+        top += [f"{x} {p:.3g}" for x in ("dynamic", "roundtrip", "seeded") if (p := _share(arms, x, x)) is not None]
         out.append("; ".join(top))
     return " | ".join(out)
 

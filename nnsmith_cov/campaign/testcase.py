@@ -132,16 +132,24 @@ def _torch_failure(reply: Reply, stage: str) -> Finding | None:
 
 
 def run_onnx(
-    worker: WorkerHandle, onnx: bytes, inputs: dict[str, np.ndarray], backend: str, opt: str, timeout_s: float
+    worker: WorkerHandle,
+    onnx: bytes,
+    inputs: dict[str, np.ndarray],
+    backend: str,
+    opt: str,
+    timeout_s: float,
+    roundtrip: bool = False,
 ) -> Reply:
-    """Import, compile and run ONNX bytes on one backend in the worker."""
+    """Import, compile and run ONNX bytes on one backend in the worker (`roundtrip`: compile
+    the imported IR printed and parsed back, where the backend has a text form)."""
     request = {"kind": "run", "backend": backend, "opt": opt, "onnx": onnx, "inputs": encode_arrays(inputs)}
-    return worker.call(request, timeout_s)
+    return worker.call(request | {"roundtrip": roundtrip}, timeout_s)
 
 
 def run_backend(worker: WorkerHandle, prepared: Prepared, backend: str, opt: str, timeout_s: float) -> Reply:
     assert prepared.onnx is not None
-    return run_onnx(worker, prepared.onnx, prepared.inputs(), backend, opt, timeout_s)
+    graph = prepared.graph
+    return run_onnx(worker, prepared.onnx, prepared.inputs(), backend, opt, timeout_s, graph.roundtrip)
 
 
 def failure(backend: str, opt: str, reply: Reply) -> Finding | None:
@@ -216,8 +224,9 @@ def run_backends(
 ) -> CaseResult:
     """Each backend at OPT on a prepared test (and at O0 when OPT fails), judged by its oracle.
 
-    O0 is not run after a hang (it would only hang again), after a failure at import (no
-    optimization level reaches the importer: the conversion is at fault), nor for a
+    O0 is not run after a hang (it would only hang again), after a failure at import or in
+    the IR's text round trip (no optimization level reaches the importer, the printer or the
+    parser: the fault is theirs), nor for a
     signature `known` already (its first occurrence was localized; a campaign's crashes
     repeat by the hundred and each O0 build costs as much as the test).
     """
@@ -231,8 +240,8 @@ def run_backends(
         ms[f"{backend}.compare"] = (time.perf_counter() - t1) * 1e3
         if finding is None:
             continue
-        if finding.stage == "import":
-            finding.localized = "conversion"
+        if finding.stage in ("import", "roundtrip"):
+            finding.localized = "conversion" if finding.stage == "import" else "roundtrip"
         elif settings.localize and finding.symptom != "hang" and not (known and known(finding.signature)):
             again = run_backend(worker, prepared, backend, "O0", settings.timeout_s)
             result.add_hits(again.msg)

@@ -293,15 +293,17 @@ class Worker:
         return (time.perf_counter() - t0) * 1e3
 
     def run(self, msg: dict[str, Any], covered: bool = True) -> dict[str, Any]:
-        from nnsmith_cov.backends.base import BackendError, Opt
+        from nnsmith_cov.backends.base import BackendError, Opt, has_roundtrip
 
         backend = self.backends[msg["backend"]]
         inputs = decode_arrays(msg["inputs"])
-        steps = (
-            ("import", lambda _: backend.load(msg["onnx"])),
+        steps: list[tuple[str, Callable[[Any], Any]]] = [("import", lambda _: backend.load(msg["onnx"]))]
+        if msg.get("roundtrip") and has_roundtrip(backend):
+            steps.append(("roundtrip", backend.roundtrip))
+        steps += [
             ("compile", lambda model: backend.compile(model, Opt(msg["opt"]))),
             ("execute", lambda exe: backend.run(exe, inputs)),
-        )
+        ]
         ms: dict[str, float] = {}
         reply: dict[str, Any] = {}
 

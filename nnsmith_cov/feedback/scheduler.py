@@ -19,24 +19,29 @@ from nnsmith_cov.gen.graph_ir import DEFAULT_OPSET
 
 # Version of the dict `Scheduler.state` returns; bump on any change of its layout.
 # Example (3 ops, k = 2; every count list has one number per arm of its group):
-#   {"schema": 2,
+#   {"schema": 3,
 #    "config": {"op_names": ["Add", "Conv2d", "Relu"], "nodes": 10, "bins_k": 2, "seed": 7,
 #               "feedback": true, "params": {"discount": 0.997, "prior_tests": 4.0,
 #               "lift_cap": 32.0, "floor": 0.2, "size_factors": [0.5, 1.0, 1.5, 2.0]},
-#               "opsets": [13, 17, 20], "dynamic": true},
+#               "opsets": [13, 17, 20], "dynamic": true, "roundtrip": true},
 #    "steps": 120, "rate": {"hits": 3.7, "tests": 101.4, "seconds": 180.2, "timed": 99.0},
 #    "groups": {"op": {"hit_in": [...], "miss_in": [...], "hit_out": [...], "miss_out": [...]},
 #               "direction": {...}, "bin.size": {...}, "bin.pad": {...}, "bin.signed": {...},
-#               "nodes": {...}, "seeded": {...}, "opset": {...}, "dynamic": {...}},
+#               "nodes": {...}, "seeded": {...}, "opset": {...}, "dynamic": {...}, "roundtrip": {...}},
 #    "rng": {"bit_generator": "PCG64", "state": "0x...", "inc": "0x...", "has_uint32": 0, "uinteger": 0}}
 # 128-bit generator words are hex strings: msgpack integers stop at 64 bits. Schema 1 (before
-# the export arms) reads as opsets [20], dynamic false, the two groups without evidence.
-STATE_SCHEMA = 2
+# the export arms) reads as opsets [20], dynamic false, the two groups without evidence; schema 2
+# (before the round-trip arm) as roundtrip false, that group without evidence.
+STATE_SCHEMA = 3
 
 BIN_KINDS = (AttrKind.SIZE, AttrKind.PAD, AttrKind.SIGNED)
 DIRECTIONS = ("forward", "backward")
 ORIGINS = ("fresh", "seeded")
 SHAPES = ("static", "dynamic")  # the export's input dims: all concrete, or some symbolic
+TRIPS = ("direct", "roundtrip")  # backends compile the imported IR, or it printed and parsed back
+# What each older state schema lacks: groups start without evidence, config keys as below.
+_NEW_GROUPS = {1: {"opset", "dynamic", "roundtrip"}, 2: {"roundtrip"}, 3: set()}
+_NEW_CONFIG = {1: {"opsets": [DEFAULT_OPSET], "dynamic": False, "roundtrip": False}, 2: {"roundtrip": False}, 3: {}}
 _SUMMARY_SAMPLES = 256
 MAX_PRIOR_RATE = 0.9
 COST_CAP = 4.0  # a test counts as at most this many average tests (and at least its inverse)
@@ -90,7 +95,7 @@ class Proposal:
     `seeded` asks for a test that grows a stored corpus entry instead of
     starting from scratch; a caller that could not follow it (empty corpus)
     observes `dataclasses.replace(proposal, seeded=False)`. `opset_weights` and
-    `dynamic_prob` None keep the base config's.
+    `dynamic_prob` / `roundtrip_prob` None keep the base config's.
     """
 
     op_weights: dict[str, float] | None  # per op spec name
@@ -100,6 +105,7 @@ class Proposal:
     seeded: bool
     opset_weights: dict[int, float] | None = None  # per ONNX opset
     dynamic_prob: float | None = None  # probability of symbolic input dims
+    roundtrip_prob: float | None = None  # probability of compiling from the IR's text
 
     def to_json(self) -> dict[str, Any]:
         obj = dataclasses.asdict(self)
@@ -116,9 +122,10 @@ class Proposal:
             if not isinstance(opsets, dict) or not all(isinstance(k, str) and k.isdigit() for k in opsets):
                 raise ValueError("proposal: opset_weights must map opset numbers to weights")
             opsets = {int(k): w for k, w in opsets.items()}
-        dyn = obj["dynamic_prob"]
-        if dyn is not None and not (_is_number(dyn) and 0.0 <= dyn <= 1.0):
-            raise ValueError("proposal: dynamic_prob must be a number in [0, 1]")
+        dyn, trip = obj["dynamic_prob"], obj["roundtrip_prob"]
+        for name, p in (("dynamic_prob", dyn), ("roundtrip_prob", trip)):
+            if p is not None and not (_is_number(p) and 0.0 <= p <= 1.0):
+                raise ValueError(f"proposal: {name} must be a number in [0, 1]")
         if ops is not None and not (isinstance(ops, dict) and all(isinstance(k, str) for k in ops)):
             raise ValueError("proposal: op_weights must map names to weights")
         if bins is not None and not (
@@ -143,6 +150,7 @@ class Proposal:
             obj["seeded"],
             None if opsets is None else {k: float(w) for k, w in opsets.items()},
             None if dyn is None else float(dyn),
+            None if trip is None else float(trip),
         )
 
 
@@ -233,11 +241,14 @@ class Scheduler:
     The export arms: `opsets` are the ONNX opsets a graph may be exported at
     (the generator draws among those its ops allow, by the weights given), and
     with `dynamic` the share of graphs exported with symbolic input dims is an
-    arm pair (static/dynamic) too.
+    arm pair (static/dynamic) too. With `roundtrip`, so is the share of graphs
+    the backends compile from their IR printed as text and parsed back
+    (direct/roundtrip: the printer and parser are compiler code a test reaches
+    only this way).
 
     With `feedback=False` the scheduler proposes plain NNSmith: uniform weights
     (None), forward_prob 0.5, the configured node count, never seeded, the base
-    config's opsets and dynamic share; it draws nothing and ignores
+    config's opsets, dynamic and round-trip shares; it draws nothing and ignores
     observations, so the same generator seeds give the same graphs as the
     unguided loop.
 
@@ -256,6 +267,7 @@ class Scheduler:
         params: BanditParams | None = None,
         opsets: Sequence[int] = (DEFAULT_OPSET,),
         dynamic: bool = False,
+        roundtrip: bool = False,
     ) -> None:
         if nodes < 1:
             raise ValueError("nodes must be at least 1")
@@ -272,6 +284,7 @@ class Scheduler:
         self.sizes = _sizes(nodes, self.params.size_factors)
         self.opsets = tuple(sorted(set(opsets)))
         self.dynamic = dynamic
+        self.roundtrip = roundtrip
         self.groups: dict[str, ArmGroup] = {
             "op": ArmGroup("op", self.op_names),
             "direction": ArmGroup("direction", DIRECTIONS),
@@ -282,6 +295,7 @@ class Scheduler:
         self.groups["seeded"] = ArmGroup("seeded", ORIGINS)
         self.groups["opset"] = ArmGroup("opset", self.opsets)
         self.groups["dynamic"] = ArmGroup("dynamic", SHAPES if dynamic else SHAPES[:1])
+        self.groups["roundtrip"] = ArmGroup("roundtrip", TRIPS if roundtrip else TRIPS[:1])
         self.steps = 0  # tests observed
         # discounted reward and test count of the whole campaign: the prior's rate
         self._hits = 0.0
@@ -317,6 +331,7 @@ class Scheduler:
         # draw among the opsets a graph's ops allow, and a mix keeps the coverage varied.
         opsets = g["opset"].share(rng, prior, p.lift_cap, p.floor)
         dynamic = g["dynamic"].share(rng, prior, p.lift_cap, p.floor)
+        trip = g["roundtrip"].share(rng, prior, p.lift_cap, p.floor)
         return Proposal(
             {name: float(x) * len(ops) for name, x in zip(self.op_names, ops)},
             float(direction[0]),
@@ -325,12 +340,13 @@ class Scheduler:
             seeded,
             {o: float(x) * len(opsets) for o, x in zip(self.opsets, opsets)},
             float(dynamic[1]) if self.dynamic else None,
+            float(trip[1]) if self.roundtrip else None,
         )
 
     @staticmethod
     def apply(proposal: Proposal, base: GenConfig) -> GenConfig:
         """`base` with the proposal's knobs (None weights: the generator's uniform default;
-        None opset weights or dynamic share: the base config's)."""
+        None opset weights, dynamic or round-trip share: the base config's)."""
         return dataclasses.replace(
             base,
             op_weights=proposal.op_weights,
@@ -339,6 +355,7 @@ class Scheduler:
             nodes=proposal.nodes,
             opset_weights=base.opset_weights if proposal.opset_weights is None else proposal.opset_weights,
             dynamic_prob=base.dynamic_prob if proposal.dynamic_prob is None else proposal.dynamic_prob,
+            roundtrip_prob=base.roundtrip_prob if proposal.roundtrip_prob is None else proposal.roundtrip_prob,
         )
 
     # -- learning -------------------------------------------------------------------------
@@ -373,6 +390,7 @@ class Scheduler:
         if record.ops:  # a graph was made: it has an export plan
             exposures["opset"] = _presence(self.groups["opset"], [record.opset])
             exposures["dynamic"] = _presence(self.groups["dynamic"], [SHAPES[record.dynamic]])
+            exposures["roundtrip"] = _presence(self.groups["roundtrip"], [TRIPS[record.roundtrip]])
         for kind in BIN_KINDS:
             name = _bin_group(kind)
             kept = [b.bin for b in record.bins if b.kept and b.kind == kind.value]
@@ -402,6 +420,7 @@ class Scheduler:
                 "params": self.params.to_json(),
                 "opsets": list(self.opsets),
                 "dynamic": self.dynamic,
+                "roundtrip": self.roundtrip,
             },
             "steps": self.steps,
             "rate": {"hits": self._hits, "tests": self._tests, "seconds": self._seconds, "timed": self._timed},
@@ -413,21 +432,20 @@ class Scheduler:
     def from_state(cls, state: Any) -> Scheduler:
         """A scheduler that goes on exactly where the one that saved `state` stood; validates it."""
         schema = state.get("schema") if isinstance(state, dict) else None
-        if schema not in (1, STATE_SCHEMA):
+        if schema not in _NEW_GROUPS:
             raise ValueError(f"scheduler state: expected schema {STATE_SCHEMA}")
         if set(state) != {"schema", "config", "steps", "rate", "groups", "rng"}:
             raise ValueError("scheduler state: unexpected fields")
         cfg = state["config"]
-        keys = {"op_names", "nodes", "bins_k", "seed", "feedback", "params"}
-        if not isinstance(cfg, dict) or set(cfg) != (keys if schema == 1 else keys | {"opsets", "dynamic"}):
+        keys = {"op_names", "nodes", "bins_k", "seed", "feedback", "params", "opsets", "dynamic", "roundtrip"}
+        if not isinstance(cfg, dict) or set(cfg) != keys - set(_NEW_CONFIG[schema]):
             raise ValueError("scheduler state: bad config")
-        if schema == 1:
-            cfg = cfg | {"opsets": [DEFAULT_OPSET], "dynamic": False}
+        cfg = _NEW_CONFIG[schema] | cfg
         opsets = cfg["opsets"]
         if not isinstance(opsets, list) or not opsets or not all(isinstance(o, int) for o in opsets):
             raise ValueError("scheduler state: opsets must be a non-empty list of integers")
-        if not isinstance(cfg["dynamic"], bool):
-            raise ValueError("scheduler state: dynamic must be a bool")
+        if not isinstance(cfg["dynamic"], bool) or not isinstance(cfg["roundtrip"], bool):
+            raise ValueError("scheduler state: dynamic and roundtrip must be bools")
         names = cfg["op_names"]
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise ValueError("scheduler state: op_names must be a list of strings")
@@ -436,7 +454,8 @@ class Scheduler:
         if not isinstance(cfg["feedback"], bool):
             raise ValueError("scheduler state: feedback must be a bool")
         params = BanditParams.from_json(cfg["params"])
-        s = cls(names, cfg["nodes"], cfg["bins_k"], cfg["seed"], cfg["feedback"], params, opsets, cfg["dynamic"])
+        arms = {"opsets": opsets, "dynamic": cfg["dynamic"], "roundtrip": cfg["roundtrip"]}
+        s = cls(names, cfg["nodes"], cfg["bins_k"], cfg["seed"], cfg["feedback"], params, **arms)
         steps, rate, groups = state["steps"], state["rate"], state["groups"]
         if not isinstance(steps, int) or steps < 0:
             raise ValueError("scheduler state: steps must be a non-negative integer")
@@ -444,7 +463,7 @@ class Scheduler:
             raise ValueError("scheduler state: bad rate")
         if not all(_is_number(rate[k]) and math.isfinite(rate[k]) and rate[k] >= 0 for k in rate):
             raise ValueError("scheduler state: rate counts must be finite and non-negative")
-        fresh = {"opset", "dynamic"} if schema == 1 else set()  # a schema-1 state has no evidence for them
+        fresh = _NEW_GROUPS[schema]  # an older state has no evidence for them
         if not isinstance(groups, dict) or set(groups) != set(s.groups) - fresh:
             raise ValueError(f"scheduler state: expected the groups {sorted(set(s.groups) - fresh)}")
         for name in groups:

@@ -52,6 +52,8 @@ def synthetic_record(
         record.opset = opsets[rng.choice(len(opsets), p=_normalized(proposal.opset_weights, opsets))]
     if proposal.dynamic_prob is not None:
         record.dynamic = bool(rng.random() < proposal.dynamic_prob)
+    if proposal.roundtrip_prob is not None:
+        record.roundtrip = bool(rng.random() < proposal.roundtrip_prob)
     return record
 
 
@@ -91,6 +93,9 @@ class Trace:
 
     def dynamic_prob(self, lo: int = 0, hi: int | None = None) -> float:
         return float(np.mean([p.dynamic_prob or 0.0 for p in self.proposals[lo:hi]]))
+
+    def roundtrip_prob(self, lo: int = 0, hi: int | None = None) -> float:
+        return float(np.mean([p.roundtrip_prob or 0.0 for p in self.proposals[lo:hi]]))
 
     def rate(self, lo: int = 0, hi: int | None = None) -> float:
         """Share of interesting tests."""

@@ -53,6 +53,7 @@ class GenConfig:
     opsets: Sequence[int] = (DEFAULT_OPSET,)
     opset_weights: Mapping[int, float] | None = None
     dynamic_prob: float = 0.0  # the graph's inputs get symbolic dims in the ONNX signature
+    roundtrip_prob: float = 0.0  # backends compile their IR printed as text and parsed back
     # Z3 work units (deterministic, unlike seconds): per check (about 0.5 s here) and per
     # graph, all checks together (about 2.5-5 s here); seconds only as a safety net.
     check_rlimit: int = 5_000_000
@@ -85,6 +86,8 @@ class GenConfig:
             raise ValueError(f"opsets must be within {MIN_OPSET}..{MAX_OPSET}")
         if not 0.0 <= self.dynamic_prob <= 1.0:
             raise ValueError("dynamic_prob must be in [0, 1]")
+        if not 0.0 <= self.roundtrip_prob <= 1.0:
+            raise ValueError("roundtrip_prob must be in [0, 1]")
 
 
 @dataclass
@@ -109,6 +112,7 @@ class GenRecord:
     infeasible: list[str] = field(default_factory=list)  # why earlier streams' graphs were dropped
     opset: int = DEFAULT_OPSET  # the ONNX opset the graph is exported at
     dynamic: bool = False  # exported with symbolic input dims
+    roundtrip: bool = False  # compiled from the backends' IR printed and parsed back
 
     def to_json(self) -> dict:
         return {
@@ -127,6 +131,7 @@ class GenRecord:
             "infeasible": self.infeasible,
             "opset": self.opset,
             "dynamic": self.dynamic,
+            "roundtrip": self.roundtrip,
         }
 
 
@@ -464,10 +469,12 @@ def _generate(cfg: GenConfig, seed: int, prefix: Sequence[tuple[str, int | float
 
 
 def _plan_export(cfg: GenConfig, draw: ChoiceSource, graph: GraphIR, record: GenRecord) -> None:
-    """Draw whether the graph's inputs get symbolic dims in the ONNX signature, and which
-    (nothing is drawn with `dynamic_prob` 0); record the plan."""
+    """Draw whether the graph's inputs get symbolic dims in the ONNX signature, and which,
+    then whether the backends compile it from their IR's text (nothing is drawn with a
+    probability of 0); record the plan."""
     dims = [(v, d) for v in graph.inputs for d in range(len(graph.types[v].shape))]
     if cfg.dynamic_prob > 0.0 and dims and draw.coin("export.dynamic", cfg.dynamic_prob):
         forced = draw.index("export.dynamic_dim", len(dims))
         graph.dynamic = [p for i, p in enumerate(dims) if i == forced or draw.coin("export.dim", DYNAMIC_DIM_PROB)]
-    record.opset, record.dynamic = graph.opset, bool(graph.dynamic)
+    graph.roundtrip = cfg.roundtrip_prob > 0.0 and draw.coin("export.roundtrip", cfg.roundtrip_prob)
+    record.opset, record.dynamic, record.roundtrip = graph.opset, bool(graph.dynamic), graph.roundtrip

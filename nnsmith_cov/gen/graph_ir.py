@@ -10,9 +10,12 @@ On-disk form (JSON, `SCHEMA_VERSION` 2), value ids dense and defined before use:
      "outputs": [2],
      "export": {"opset": 17, "dynamic": [[0, 1]]}}
 
-`export` says how the model becomes ONNX: the opset, and the (input, dim) pairs
-declared symbolic in the model's signature (the test still runs the concrete
-shapes). Schema 1 had no `export`: it reads as opset 20, every dim static.
+`export` says how the model reaches the backends: the opset, the (input, dim)
+pairs declared symbolic in the model's signature (the test still runs the
+concrete shapes), and, when `"roundtrip": true`, that each backend with a text
+form of its IR compiles the imported model printed and parsed back (absent:
+false, so graphs written before it read and hash as they did). Schema 1 had no
+`export`: it reads as opset 20, every dim static.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ class GraphIR:
     outputs: list[int] = field(default_factory=list)
     opset: int = DEFAULT_OPSET
     dynamic: list[tuple[int, int]] = field(default_factory=list)  # (input value, dim) exported symbolic
+    roundtrip: bool = False  # backends compile their IR printed as text and parsed back
 
     # -- well-formedness ---------------------------------------------------------
     def check(self, known_op: Callable[[str], bool] | None = None) -> None:
@@ -96,9 +100,14 @@ class GraphIR:
                 raise GraphIRError(f"dynamic dim {d} of value {v}: not a dim of a model input")
         if len(set(self.dynamic)) != len(self.dynamic):
             raise GraphIRError("a dynamic dim is listed twice")
+        if not isinstance(self.roundtrip, bool):
+            raise GraphIRError(f"export roundtrip {self.roundtrip!r} is not a bool")
 
     # -- JSON ----------------------------------------------------------------------
     def to_json(self) -> dict:
+        export: dict[str, Any] = {"opset": self.opset, "dynamic": [list(p) for p in self.dynamic]}
+        if self.roundtrip:
+            export["roundtrip"] = True
         return {
             "schema": SCHEMA_VERSION,
             "values": [t.to_json() for t in self.types],
@@ -106,7 +115,7 @@ class GraphIR:
             "weights": list(self.weights),
             "insts": [i.to_json() for i in self.insts],
             "outputs": list(self.outputs),
-            "export": {"opset": self.opset, "dynamic": [list(p) for p in self.dynamic]},
+            "export": export,
         }
 
     def dumps(self) -> str:
@@ -131,6 +140,7 @@ class GraphIR:
                 outputs=[int(v) for v in obj["outputs"]],
                 opset=export["opset"],
                 dynamic=[(int(v), int(d)) for v, d in export["dynamic"]],
+                roundtrip=export.get("roundtrip", False),
             )
         except GraphIRError:
             raise
@@ -154,7 +164,8 @@ class GraphIR:
     # -- views -----------------------------------------------------------------------
     def text(self) -> str:
         """A readable listing, one line per placeholder and instruction."""
-        lines = [f"# GraphIR {self.content_hash()}: {len(self.insts)} ops, ONNX opset {self.opset}"]
+        trip = ", compiled from its IR's text" if self.roundtrip else ""
+        lines = [f"# GraphIR {self.content_hash()}: {len(self.insts)} ops, ONNX opset {self.opset}{trip}"]
         for v in self.inputs:
             dyn = [d for u, d in self.dynamic if u == v]
             lines.append(f"v{v}: {self.types[v]} = input" + (f"  (dims {dyn} dynamic)" if dyn else ""))
