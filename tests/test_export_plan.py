@@ -227,23 +227,15 @@ def test_a_rewarding_opset_gains_weight_and_feedback_off_stays_uniform():
     assert plain.opset_weights is None and plain.dynamic_prob is None
 
 
-def test_the_dynamic_arm_follows_its_reward_and_is_absent_unless_asked():
-    def dynamic_pays(rec: GenRecord, t: int) -> float:
-        return 0.4 if rec.dynamic else 0.02
+@pytest.mark.parametrize("arm, seed", [("dynamic", 2), ("roundtrip", 5)])
+def test_a_yes_no_arm_follows_its_reward_and_is_absent_unless_asked(arm, seed):
+    def arm_pays(rec: GenRecord, t: int) -> float:
+        return 0.4 if getattr(rec, arm) else 0.02
 
-    trace = run(Scheduler(NAMES, 10, seed=2, dynamic=True), dynamic_pays, 400, seed=2)
-    assert trace.dynamic_prob(200, 400) > 0.7
-    assert Scheduler(NAMES, 10, seed=2).propose().dynamic_prob is None
-
-
-def test_the_round_trip_arm_follows_its_reward_and_is_absent_unless_asked():
-    def trips_pay(rec: GenRecord, t: int) -> float:
-        return 0.4 if rec.roundtrip else 0.02
-
-    trace = run(Scheduler(NAMES, 10, seed=5, roundtrip=True), trips_pay, 400, seed=5)
-    assert trace.roundtrip_prob(200, 400) > 0.7
-    assert Scheduler(NAMES, 10, seed=5).propose().roundtrip_prob is None
-    assert Scheduler(NAMES, 10, seed=5, feedback=False, roundtrip=True).propose().roundtrip_prob is None
+    trace = run(Scheduler(NAMES, 10, seed=seed, **{arm: True}), arm_pays, 400, seed=seed)
+    assert getattr(trace, f"{arm}_prob")(200, 400) > 0.7
+    for unasked in (Scheduler(NAMES, 10, seed=seed), Scheduler(NAMES, 10, seed=seed, feedback=False, **{arm: True})):
+        assert getattr(unasked.propose(), f"{arm}_prob") is None
 
 
 def test_proposals_and_states_round_trip_with_the_export_arms():

@@ -172,18 +172,24 @@ def test_a_worker_crash_mid_test_does_not_corrupt_the_coverage_map(tmp_path):
     assert json.loads((run.root / "config.json").read_text())["coverage"]["name"] == "python"
 
 
-def test_import_failures_and_known_signatures_are_not_run_again_at_o0(tmp_path, monkeypatch):
-    """No optimization level reaches the importer: an import failure is the conversion's,
-    without an O0 run; and a signature already filed is not localized again."""
-    asked: list[str] = []
+@pytest.fixture
+def asked(monkeypatch) -> list[str]:
+    """The optimization level of every backend run the loop asks its worker for, in order."""
+    levels: list[str] = []
     call = WorkerHandle.call
 
     def counting(self, request, timeout_s):
         if request["kind"] == "run":
-            asked.append(request["opt"])
+            levels.append(request["opt"])
         return call(self, request, timeout_s)
 
     monkeypatch.setattr(WorkerHandle, "call", counting)
+    return levels
+
+
+def test_import_failures_and_known_signatures_are_not_run_again_at_o0(tmp_path, asked):
+    """No optimization level reaches the importer: an import failure is the conversion's,
+    without an O0 run; and a signature already filed is not localized again."""
     fuzzer, _, run = _fuzz(tmp_path / "import", "faulty_backends:RaisesAtImport", tests=3)
     assert fuzzer.stats.findings == {"crash/import/faulty_backends:RaisesAtImport": 3}
     assert asked == ["opt"] * 3
@@ -196,19 +202,10 @@ def test_import_failures_and_known_signatures_are_not_run_again_at_o0(tmp_path, 
     assert [h["localized"] for h in headers] == ["conversion", None, None]
 
 
-def test_a_text_round_trip_the_parser_refuses_is_a_finding_of_its_own_stage(tmp_path, monkeypatch, capsys):
+def test_a_text_round_trip_the_parser_refuses_is_a_finding_of_its_own_stage(tmp_path, asked, capsys):
     """Graphs planned with a round trip go through the backend's printer and parser; a refusal
     there is filed at stage roundtrip, without an O0 run (no optimization level reaches it).
     Graphs without the plan never call it."""
-    asked: list[str] = []
-    call = WorkerHandle.call
-
-    def counting(self, request, timeout_s):
-        if request["kind"] == "run":
-            asked.append(request["opt"])
-        return call(self, request, timeout_s)
-
-    monkeypatch.setattr(WorkerHandle, "call", counting)
     fuzzer, _, run = _fuzz(tmp_path / "trip", "faulty_backends:BadText", tests=3, roundtrip=1.0)
     assert fuzzer.stats.findings == {"crash/roundtrip/faulty_backends:BadText": 3}
     assert asked == ["opt"] * 3
