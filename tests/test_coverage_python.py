@@ -3,6 +3,7 @@ wired through the worker, the `coverage` command and the fuzz loop."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import coverage
@@ -145,14 +146,17 @@ def test_path_filters_match_whole_components():
     assert not path_matches("tvm/tir/transform.py", "ir/transform.py")
 
 
-def test_a_fresh_worker_measures_a_model_like_a_busy_one(tmp_path):
-    """The worker warms up unmeasured, so a model's first test and its repeat cover the same arcs."""
+@pytest.mark.parametrize("roundtrip", [False, True])
+def test_a_fresh_worker_measures_a_model_like_a_busy_one(tmp_path, roundtrip):
+    """The worker warms up unmeasured (the IR text round trip included), so a model's first test
+    and its repeat cover the same arcs."""
     gen = generate(GenConfig(nodes=5, ops=select_ops(["Conv2d", "Add", "Relu", "Flatten"])), 11)
+    graph = dataclasses.replace(gen.graph, roundtrip=roundtrip)
     settings = CaseSettings(["tvm"], search={"method": "sampling", "max_iters": 8})
     worker = WorkerHandle(["tvm"], tmp_path / "worker.log", collector="python")
     try:
-        first = run_test(worker, gen.graph, 11, settings)
-        second = run_test(worker, gen.graph, 11, settings)
+        first = run_test(worker, graph, 11, settings)
+        second = run_test(worker, graph, 11, settings)
     finally:
         worker.close()
     assert first.status == second.status == "pass"

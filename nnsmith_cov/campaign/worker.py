@@ -162,9 +162,9 @@ class Worker:
             self._export_into({}, dataclasses.replace(graph, opset=opset, dynamic=dynamic), values, covered=False)
         inputs = {k: v for k, v in prepared["values"].items() if k.startswith("i")}
         for spec in msg.get("backends", []):
-            if spec in self.backends:
-                for opt in ("opt", "O0"):
-                    run = {"backend": spec, "opt": opt, "onnx": prepared["onnx"], "inputs": inputs}
+            if spec in self.backends:  # both levels, and the IR text round trip where there is one
+                for opt, trip in (("opt", False), ("O0", False), ("opt", True)):
+                    run = {"backend": spec, "opt": opt, "onnx": prepared["onnx"], "inputs": inputs, "roundtrip": trip}
                     self.run(run, covered=False)
         return done
 
