@@ -1035,3 +1035,37 @@ def test_a_stalled_loss_redraws_only_its_own_elements(monkeypatch):
     assert r.ok and r.restarts == 0
     monkeypatch.setattr(gradient, "MAX_PARTIAL", 0)
     assert not search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=300).ok
+
+
+def test_an_instruction_whose_leaves_did_not_move_is_not_run_again(monkeypatch):
+    # Sqrt(x) for x from [-9, -1] takes several steps on x; Exp(Cast(n)) beside it is valid
+    # from the start and nothing writes n (an integer master the clamp must not touch), so
+    # it runs once. The values found are those of a search that runs everything each time.
+    i32, v = ((64,), DType.int32), ((64,), F32)
+    body = [("CastF32", {}, (1,), v), ("Exp", {}, (2,), v), ("Sqrt", {}, (0,), v), ("Add", {}, (3, 4), v)]
+    g = _net([v, i32], body)
+    runs = []
+    run_inst = Runner.run_inst
+    monkeypatch.setattr(Runner, "run_inst", lambda self, k, *a: runs.append(k) or run_inst(self, k, *a))
+    r = search_values(g, 0, "gradient", budget_ms=60_000, init=(-9.0, -1.0), max_iters=100)
+    assert r.ok and r.iterations > 3
+    assert runs.count(0) == runs.count(1) == 1 and runs.count(2) == r.iterations
+    monkeypatch.setattr(gradient._Search, "_key", lambda self, k: object())  # never reused
+    plain = search_values(g, 0, "gradient", budget_ms=60_000, init=(-9.0, -1.0), max_iters=100)
+    assert plain.iterations == r.iterations and all(np.array_equal(r.values[k], plain.values[k]) for k in r.values)
+    assert all(np.array_equal(r.oracle[k], plain.oracle[k]) for k in r.oracle)
+
+
+@pytest.mark.parametrize("neg, exact", [(True, True), (False, False)])
+def test_a_slice_keeps_an_exact_value_isolated(neg, exact):
+    # Sqrt(Neg(Acos(x[:4]))) needs Acos = 0, so every picked x exactly 1: dropped like a
+    # proof (seed 136 of the 30-node benchmark group, 600 search iterations without a hit).
+    # Without the Neg every x in [-1, 1] is valid.
+    v, half = ((8,), F32), ((4,), F32)
+    cut = {"start0": 0, "end0": 4, "axes": [0], "start_from": ["front"], "end_from": ["front"], "steps": [1]}
+    body = [("Slice", cut, (0,), half), ("Acos", {}, (1,), half)]
+    body += [("Neg", {}, (2,), half), ("Sqrt", {}, (3,), half)] if neg else [("Sqrt", {}, (2,), half)]
+    reason = prove_infeasible(_net([v], body))
+    assert (reason is not None and "valid only where input v0 is exactly 1" in reason) == exact
+    if not exact:
+        assert search_values(_net([v], body), 0, "gradient", budget_ms=60_000, init=INIT, max_iters=80).ok

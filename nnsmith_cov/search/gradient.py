@@ -254,6 +254,11 @@ class _Search:
             self.cones.append(c)
             for v in inst.outputs:
                 cone[v] = c
+        # Outputs of the last run per instruction, reused while no master of its cone was
+        # written (`_key`): a 20 ms ConvTranspose beside the op being repaired need not run
+        # again each step. Leaves are masters or made afresh from them, so the versions of
+        # the masters say whether an instruction's inputs can have changed.
+        self._cache: dict[int, tuple[tuple, list[tuple[int, torch.Tensor, torch.Tensor | None]]]] = {}
 
     def _dtype(self, v: int) -> DType:
         return self.graph.types[v].dtype
@@ -349,19 +354,29 @@ class _Search:
 
     def clamp_masters(self) -> None:
         """Keep masters where their leaves stay finite: float16 masters within float16's
-        range, integer masters within their dtype, bool masters near [0, 1]."""
+        range, integer masters within their dtype, bool masters near [0, 1]. A master
+        already within is not written: a write makes the instructions of its cone run
+        again (`_run`)."""
         with torch.no_grad():
             for v, m in self.masters.items():
-                dt = self._dtype(v)
-                if dt is DType.float16:
-                    m.clamp_(-torch.finfo(torch.float16).max, torch.finfo(torch.float16).max)
-                elif dt.is_float or not m.requires_grad:
+                bounds = self._bounds(v)
+                if bounds is None or not m.numel():
                     continue
-                elif dt is DType.bool:
-                    m.clamp_(-0.25, 1.25)
-                else:
-                    info = torch.iinfo(dt.torch)
-                    m.clamp_(max(info.min, -(2.0**52)), min(info.max, 2.0**52))
+                lo, hi = torch.aminmax(m)
+                if float(lo) < bounds[0] or float(hi) > bounds[1]:
+                    m.clamp_(*bounds)
+
+    def _bounds(self, v: int) -> tuple[float, float] | None:
+        """Where leaf v's master is kept (`clamp_masters`), or None when anywhere."""
+        dt, m = self._dtype(v), self.masters[v]
+        if dt is DType.float16:
+            return -torch.finfo(torch.float16).max, torch.finfo(torch.float16).max
+        if dt.is_float or not m.requires_grad:
+            return None
+        if dt is DType.bool:
+            return -0.25, 1.25
+        info = torch.iinfo(dt.torch)
+        return max(info.min, -(2.0**52)), min(info.max, 2.0**52)
 
     def first_invalid(self) -> tuple[int | None, dict[int, torch.Tensor], Shadows]:
         """Run in topological order; stop at the first op with a NaN/Inf output, or with an
@@ -369,11 +384,36 @@ class _Search:
         integer out of range is undefined, not NaN)."""
         env, shadows = self.env()
         for k in range(len(self.graph.insts)):
-            if not all(_finite(o) for o in self.runner.run_inst(k, env, shadows)):
+            if not all(_finite(o) for o in self._run(k, env, shadows)):
                 return k, env, shadows
             if k in self.silent and self._outside(k, env):
                 return k, env, shadows
         return None, env, shadows
+
+    def _key(self, k: int) -> tuple:
+        """What instruction k's outputs depend on beyond the graph: the write counts of the
+        masters of its cone (every write to a master, even of the same values, counts),
+        the search precision, and whether autograd records."""
+        versions = tuple(self.masters[v]._version for v in sorted(self.cones[k]))
+        return (self.runner.widen, torch.is_grad_enabled(), versions)
+
+    def _run(self, k: int, env: dict[int, torch.Tensor], shadows: Shadows) -> list[torch.Tensor]:
+        """Instruction k's outputs into `env` (and `shadows`): the last run's while its key
+        holds. A reused output's autograd graph is the last run's, whose saved tensors are
+        unchanged (no master of its cone was written), so the search keeps graphs for a
+        second backward pass (retain_graph)."""
+        key = self._key(k)
+        hit = self._cache.get(k)
+        if hit is not None and hit[0] == key:
+            for v, out, shadow in hit[1]:
+                env[v] = out
+                if shadow is not None:
+                    shadows[v] = shadow
+            return [out for _, out, _ in hit[1]]
+        outs = self.runner.run_inst(k, env, shadows)
+        kept = [(v, env[v], shadows.get(v)) for v in self.graph.insts[k].outputs]
+        self._cache[k] = (key, kept)
+        return outs
 
     def _outside(self, k: int, env: dict[int, torch.Tensor]) -> bool:
         with torch.no_grad():
@@ -562,7 +602,7 @@ def search_values(
         stall = 0 if value < best * (1 - 1e-3) else stall + 1
         best = min(best, value)
         if stall > patience or steps > max_steps:
-            if not redraw_own(list(torch.autograd.grad(loss, s.trainable(), allow_unused=True))):
+            if not redraw_own(list(torch.autograd.grad(loss, s.trainable(), retain_graph=True, allow_unused=True))):
                 redraws = 0
                 s.resample()
                 target = None
@@ -593,7 +633,8 @@ def _back_off(s: _Search, opt: MaskedAdam, step: _Step, culprit: torch.Tensor | 
     params = s.trainable()
     grads: list = [None] * len(params)
     if culprit is not None and culprit.requires_grad:
-        grads = [None if g is None else _tame(g) for g in torch.autograd.grad(culprit, params, allow_unused=True)]
+        gs = torch.autograd.grad(culprit, params, retain_graph=True, allow_unused=True)
+        grads = [None if g is None else _tame(g) for g in gs]
     blamed = [None if mv is None or g is None else mv & (g != 0) for mv, g in zip(step.moved, grads)]
     if not any(b is not None and bool(b.any()) for b in blamed):
         blamed = step.moved
@@ -635,17 +676,18 @@ def _step_grads(params: list[torch.Tensor], loss: torch.Tensor, guard: torch.Ten
     than the margin. Where the guard would hold every element, it holds none
     (a step that breaks a guard is backed off element by element anyway)."""
 
-    def grad(x: torch.Tensor, keep: bool) -> list:
+    def grad(x: torch.Tensor) -> list:
         if not x.requires_grad:
             return [None] * len(params)
-        gs = torch.autograd.grad(x, params, retain_graph=keep, allow_unused=True)
+        # Kept: parts of the graph are reused by the next run (`_Search._run`).
+        gs = torch.autograd.grad(x, params, retain_graph=True, allow_unused=True)
         return [None if g is None else _tame(g) for g in gs]
 
     active = guard is not None and guard.requires_grad and bool(guard.detach() > 0)
-    g_t = grad(loss, active)
+    g_t = grad(loss)
     if not active:
         return g_t
-    held = [t if g is None or t is None else torch.where(t * g < 0, 0, t) for t, g in zip(g_t, grad(guard, False))]
+    held = [t if g is None or t is None else torch.where(t * g < 0, 0, t) for t, g in zip(g_t, grad(guard))]
     return held if any(h is not None and bool(h.any()) for h in held) else g_t
 
 

@@ -7,6 +7,7 @@ import math
 from collections.abc import Callable
 
 from nnsmith_cov.gen.feasibility.facts import Range
+from nnsmith_cov.gen.feasibility.layout import SUBSET
 from nnsmith_cov.gen.feasibility.refine import MAX_PULL, SHOWS_ALL
 from nnsmith_cov.gen.feasibility.transfer import producer_chain
 from nnsmith_cov.gen.graph_ir import GraphIR, Inst
@@ -49,7 +50,9 @@ def _isolated(graph: GraphIR, producers: dict[int, Inst], v: int, b: float, dept
     if inst is None or depth >= MAX_PULL:
         return None
     name = inst.op
-    if name in SHOWS_ALL:
+    # Each output element of a SUBSET op is one of its data input's elements: the ones it
+    # picks must be b (Sqrt(Neg(Acos(Slice(x)))) needs every picked x to be 1).
+    if name in SHOWS_ALL or (name in SUBSET and graph.types[v].dtype.is_float):
         return _isolated(graph, producers, inst.inputs[0], b, depth + 1)
     if name in _INVERSE:
         c = _INVERSE[name](b)
