@@ -220,6 +220,10 @@ def transfer(inst: Inst, a, ins: list[Range], out_types) -> list[Range]:
         t = a["in_types"][0]
         n = math.prod(t.shape) if a.axis is None else t.shape[a.axis]
         return [Range(0.0, float(n - 1), integral=True)]
+    if name == "OneHot":  # one 1 per row, 0 elsewhere
+        if a.classes == 1:
+            return [constant(1.0, "OneHot(classes=1)")]
+        return [Range(0.0, 1.0, frozenset({0.0, 1.0}), integral=True, src="OneHot", values=frozenset({0.0, 1.0}))]
     if name in ("Equal", "Greater", "Less", "And", "Or", "Xor", "Not"):
         return [Range(0.0, 1.0, integral=True)]
     return tops
