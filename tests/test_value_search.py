@@ -196,13 +196,20 @@ F32, BOOL = DType.float32, DType.bool
 INIT = (1.0, 9.0)  # the benchmark's initial values
 
 
-def test_bool_cast_log_is_repaired_through_proxy_derivatives_only():
-    # Log(Cast(b)) needs every one of 256 booleans True: no redraw gets there.
+@pytest.fixture
+def elementwise_draws(monkeypatch):
+    """Restarts without the repeated-value draw, which meets a condition on all elements of
+    a bool tensor one time in two: what is left to meet it is the proxy derivatives."""
+    monkeypatch.setattr(gradient, "DRAWS", ("wide", "narrow"))
+
+
+def test_bool_cast_log_is_repaired_through_proxy_derivatives_only(elementwise_draws):
+    # Log(Cast(b)) needs every one of 256 booleans True: no elementwise redraw gets there.
     g = _net([((256,), BOOL)], [("CastF32", {}, (0,), ((256,), F32)), ("Log", {}, (1,), ((256,), F32))])
     with_proxy = search_values(g, 3, "gradient", budget_ms=60_000, init=INIT, max_iters=60)
+    without = search_values(g, 3, "gradient", budget_ms=60_000, init=INIT, max_iters=60, proxy=False)
     assert with_proxy.ok and with_proxy.values[0].all()
     assert np.isfinite(with_proxy.oracle[2]).all()
-    without = search_values(g, 3, "gradient", budget_ms=60_000, init=INIT, max_iters=60, proxy=False)
     assert not without.ok and without.failed_op == "Log"
 
 
@@ -389,6 +396,41 @@ def test_reduce_prod_domain_bounds_every_partial_product(x):
         assert torch.isfinite(torch.prod(t, dtype=torch.float16))
 
 
+@pytest.mark.parametrize("proxy", [True, False])
+def test_a_condition_on_every_element_of_integer_tensors_is_met_by_repeated_values(proxy):
+    # Log(Cast(a & m)) needs a & m >= 1 in all 128 elements. Elementwise draws from a range
+    # (or from {0, 1}) meet that for no a among the 2,000 tries; one value repeated over a
+    # and one over m meet it one time in a few, and so does every full restart's third draw.
+    i8 = DType.int8
+    g = _net(
+        [((128,), i8), ((1,), i8)],
+        [
+            ("BitwiseAnd", {}, (0, 1), ((128,), i8)),
+            ("CastF32", {}, (2,), ((128,), F32)),
+            ("Log", {}, (3,), ((128,), F32)),
+        ],
+    )
+    r = search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=60, proxy=proxy)
+    assert r.ok and ((r.values[0] & r.values[1]) >= 1).all()
+    assert len(np.unique(r.values[0])) == 1  # found by a repeated value
+    with pytest.MonkeyPatch.context() as mp:  # without the repeated draw: never
+        mp.setattr(gradient, "DRAWS", ("wide", "narrow"))
+        assert not search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=2_000, proxy=proxy).ok
+
+
+def test_a_repeated_draw_fills_integers_and_bools_but_not_floats():
+    from nnsmith_cov.search.sampling import sample_tensor
+
+    rng = np.random.default_rng(0)
+    for dt in (DType.int64, DType.uint8, DType.bool):
+        kinds = {len(np.unique(sample_tensor(rng, TensorType((64,), dt), *INIT, draw="fill"))) for _ in range(8)}
+        assert kinds == {1}
+    floats = sample_tensor(rng, TensorType((64,), F32), *INIT, draw="fill")
+    assert len(np.unique(floats)) == 64 and ((floats >= 1) & (floats < 9)).all()
+    with pytest.raises(ValueError, match="unknown draw"):
+        sample_tensor(rng, TensorType((4,), F32), draw="even")
+
+
 def test_every_other_restart_of_the_gradient_method_draws_both_signs():
     # Log(-|x|) has no valid values: the search restarts again and again. The gradient
     # method's odd restarts draw from RESTART_INIT; sampling redraws from its own range only.
@@ -397,8 +439,8 @@ def test_every_other_restart_of_the_gradient_method_draws_both_signs():
     seen = []
     draw = gradient._Search._draw
 
-    def spy(self, leaf, narrow):
-        out = draw(self, leaf, narrow)
+    def spy(self, leaf, how):
+        out = draw(self, leaf, how)
         seen.append((self.restarts, bool((out < 0).any())))
         return out
 
@@ -736,6 +778,24 @@ def test_structural_constants_are_known():
     assert prove_infeasible(_net([m, w], prelu)) is not None
 
 
+@pytest.mark.parametrize("one_hot, proven", [(1, "NaN/Inf on the only values"), (3, "never all within"), (0, None)])
+def test_one_hot_is_zeros_and_ones(one_hot, proven):
+    # Asin(Exp(Softplus(x))) for x = Cast(OneHot(i)): Softplus of 0 or 1 is above 0.69 and
+    # Exp of that above 1. The control (0) has x = Cast(i), which may be anything: Softplus
+    # underflows to 0 below -745, so nothing is proven.
+    n = max(one_hot, 1)
+    i, f = ((4,), DType.int64), ((4, n), DType.float64)
+    if one_hot:
+        body = [("OneHot", {"classes": one_hot}, (0,), ((4, n), DType.int64)), ("CastF64", {}, (1,), f)]
+    else:
+        f = ((4,), DType.float64)
+        body = [("CastF64", {}, (0,), f)]
+    x = len(body)
+    body += [("Softplus", {}, (x,), f), ("Exp", {}, (x + 1,), f), ("Asin", {}, (x + 2,), f)]
+    reason = prove_infeasible(_net([i], body))
+    assert reason is None if proven is None else (proven in reason and "OneHot" in reason)
+
+
 @pytest.mark.parametrize("spread_bound, proven", [(True, True), (False, False)])
 def test_a_softmax_of_close_inputs_never_underflows(spread_bound, proven):
     # Ceil(Acos(x)) lies in [0, 4]: every Softmax entry over 6 of them is at least
@@ -1002,7 +1062,7 @@ def test_a_log_softmax_of_equal_values_is_known():
     assert ranges[2].lo == ranges[2].hi == pytest.approx(-math.log(9))
 
 
-def test_type_as_carries_proxy_derivatives_like_a_cast():
+def test_type_as_carries_proxy_derivatives_like_a_cast(elementwise_draws):
     # Reciprocal(TypeAs(b, w)) needs every boolean True, as Log(Cast(b)) does.
     b, w, v = ((256,), BOOL), ((), F32), ((256,), F32)
     g = _net([b, w], [("TypeAs", {}, (0, 1), v), ("Reciprocal", {}, (2,), v)])

@@ -38,7 +38,7 @@ from nnsmith_cov.abstract import numeric as num
 from nnsmith_cov.abstract.dtype import DType
 from nnsmith_cov.gen.graph_ir import GraphIR
 from nnsmith_cov.search.relaxed import Runner, Shadows
-from nnsmith_cov.search.sampling import sample_tensor
+from nnsmith_cov.search.sampling import DRAWS, sample_tensor
 
 METHODS = ("gradient", "sampling", "none")
 DEFAULT_INIT = (-1.0, 1.0)  # where the gradient search starts
@@ -308,26 +308,26 @@ class _Search:
         with torch.no_grad():
             return {v: self._real(v, m).detach().numpy().copy() for v, m in self.masters.items()}
 
-    def _draw(self, v: int, narrow: bool) -> torch.Tensor:
+    def _draw(self, v: int, draw: str) -> torch.Tensor:
         init = self.init
         if self.restart_init is not None and self.restarts % 2 == 1 and self._dtype(v).is_float:
             init = self.restart_init
-        fresh = self._master(v, sample_tensor(self.rng, self.graph.types[v], *init, narrow=narrow))
+        fresh = self._master(v, sample_tensor(self.rng, self.graph.types[v], *init, draw=draw))
         return fresh.detach()
 
     def resample(self, leaves=None, only_bad: bool = False) -> None:
-        """A restart: new random values for `leaves` (all by default), every other
-        restart drawing integers and bools narrow; with `only_bad`, replace just
-        the non-finite elements of float masters."""
+        """A restart: new random values for `leaves` (all by default), integers and bools
+        drawn wide, narrow and as one repeated value in turn (`sample_tensor`); with
+        `only_bad`, replace just the non-finite elements of float masters."""
         self.restarts += not only_bad
-        narrow = not only_bad and self.restarts % 2 == 0
+        draw = DRAWS[self.restarts % len(DRAWS) - 1] if not only_bad else "wide"
         with torch.no_grad():
             for v, m in self.masters.items():
                 if leaves is not None and v not in leaves:
                     continue
                 if only_bad and not self._dtype(v).is_float:
                     continue
-                fresh = self._draw(v, narrow)
+                fresh = self._draw(v, draw)
                 m.copy_(torch.where(torch.isfinite(m), m, fresh) if only_bad else fresh)
 
     def resample_where(self, grads: list[torch.Tensor | None]) -> int:
@@ -337,11 +337,12 @@ class _Search:
         masks = {v: g != 0 for v, g in zip(self.trainable_leaves(), grads) if g is not None}
         if not masks or all(bool(m.all()) for m in masks.values()):
             return 0
-        narrow = self.restarts % 2 == 1
+        # Elementwise: a repeated value would not stay one value among the kept elements.
+        draw = "narrow" if self.restarts % 2 == 1 else "wide"
         with torch.no_grad():
             for v, mask in masks.items():
                 m = self.masters[v]
-                m.copy_(torch.where(mask, self._draw(v, narrow), m))
+                m.copy_(torch.where(mask, self._draw(v, draw), m))
         return sum(int(m.sum()) for m in masks.values())
 
     def save(self) -> dict[int, torch.Tensor]:
