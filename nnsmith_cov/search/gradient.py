@@ -258,7 +258,7 @@ class _Search:
         # written (`_key`): a 20 ms ConvTranspose beside the op being repaired need not run
         # again each step. Leaves are masters or made afresh from them, so the versions of
         # the masters say whether an instruction's inputs can have changed.
-        self._cache: dict[int, tuple[tuple, list[tuple[int, torch.Tensor, torch.Tensor | None]]]] = {}
+        self._cache: dict[int, tuple[tuple, list[tuple[int, torch.Tensor, torch.Tensor | None]], bool]] = {}
 
     def _dtype(self, v: int) -> DType:
         return self.graph.types[v].dtype
@@ -385,7 +385,7 @@ class _Search:
         integer out of range is undefined, not NaN)."""
         env, shadows = self.env()
         for k in range(len(self.graph.insts)):
-            if not all(_finite(o) for o in self._run(k, env, shadows)):
+            if not self._run(k, env, shadows):
                 return k, env, shadows
             if k in self.silent and self._outside(k, env):
                 return k, env, shadows
@@ -398,11 +398,12 @@ class _Search:
         versions = tuple(self.masters[v]._version for v in sorted(self.cones[k]))
         return (self.runner.widen, torch.is_grad_enabled(), versions)
 
-    def _run(self, k: int, env: dict[int, torch.Tensor], shadows: Shadows) -> list[torch.Tensor]:
+    def _run(self, k: int, env: dict[int, torch.Tensor], shadows: Shadows) -> bool:
         """Instruction k's outputs into `env` (and `shadows`): the last run's while its key
-        holds. A reused output's autograd graph is the last run's, whose saved tensors are
-        unchanged (no master of its cone was written), so the search keeps graphs for a
-        second backward pass (retain_graph)."""
+        holds. Returns whether they are free of NaN/Inf (checked once per run). A reused
+        output's autograd graph is the last run's, whose saved tensors are unchanged (no
+        master of its cone was written), so the search keeps graphs for a second backward
+        pass (retain_graph)."""
         key = self._key(k)
         hit = self._cache.get(k)
         if hit is not None and hit[0] == key:
@@ -410,11 +411,12 @@ class _Search:
                 env[v] = out
                 if shadow is not None:
                     shadows[v] = shadow
-            return [out for _, out, _ in hit[1]]
+            return hit[2]
         outs = self.runner.run_inst(k, env, shadows)
         kept = [(v, env[v], shadows.get(v)) for v in self.graph.insts[k].outputs]
-        self._cache[k] = (key, kept)
-        return outs
+        finite = all(_finite(o) for o in outs)
+        self._cache[k] = (key, kept, finite)
+        return finite
 
     def _outside(self, k: int, env: dict[int, torch.Tensor]) -> bool:
         with torch.no_grad():
