@@ -76,6 +76,21 @@ def test_element_cap_binds_weights_too():
         assert all(g.types[w].nelement() <= 64 for w in g.weights)
 
 
+def test_element_cap_binds_what_an_op_expands_on_the_way():
+    # IndexPut's ONNX form expands its row to one per position before the ScatterND:
+    # 64 positions of a 64-element row would be a 4096-element tensor in the backend.
+    cfg = GenConfig(nodes=4, ops=[op_by_name("IndexPut"), op_by_name("Add")], max_elems=64)
+    puts = 0
+    for seed in range(40):
+        g = generate(cfg, seed).graph
+        for inst in g.insts:
+            if inst.op == "IndexPut":
+                puts += 1
+                _, index, row = (g.types[v] for v in inst.inputs)
+                assert index.shape[0] * row.nelement() <= 64
+    assert puts >= 20
+
+
 def test_both_insertion_directions_happen(cfg10):
     directions = collections.Counter()
     for seed in SEEDS:

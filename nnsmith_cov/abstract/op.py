@@ -141,6 +141,12 @@ class OpSpec:
     def type_transfer(self, x: list[AbsTensor]) -> list[AbsTensor]:
         raise NotImplementedError
 
+    def inner_tensors(self, x: list[AbsTensor]) -> list[AbsTensor]:
+        """Tensors the op's ONNX form makes on the way (an Expand before a ScatterND): the
+        element cap holds for them as for the graph's own, or one test can ask a backend
+        for gigabytes."""
+        return []
+
     def in_ranks_for(self, draw: ChoiceSource, out_rank: int) -> list[int] | None:
         """Input ranks that can yield `out_rank` in backward insertion (None: impossible).
 

@@ -113,7 +113,7 @@ def _attempt(
     if preserve and (outs[0].dtype != ins[0].dtype or outs[0].rank != ins[0].rank):
         return None
     cons = op.attr_domains() + list(op.requires(ins))
-    for t in ins + outs:
+    for t in ins + outs + op.inner_tensors(ins):
         cons += [d >= 1 for d in t.shape]
         if t.rank:
             cons.append(t.nelement() <= max_elems)

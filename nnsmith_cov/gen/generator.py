@@ -226,7 +226,7 @@ class _Builder:
         if not self.allowed(ins + outs):
             return False
         cons = op.attr_domains() + list(op.requires(ins))
-        for t in outs:
+        for t in outs + op.inner_tensors(ins):
             cons += self.well_sized(t)
         for t, v in zip(ins, picked):
             if v is None:
@@ -264,7 +264,7 @@ class _Builder:
             return False
         cons = op.attr_domains() + list(op.requires(ins))
         cons += [a == b for a, b in zip(out.shape, tt.shape)]
-        for t in ins:
+        for t in ins + op.inner_tensors(ins):
             cons += self.well_sized(t)
         if not self.solver.try_add(cons):
             return False

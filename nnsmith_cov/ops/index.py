@@ -227,6 +227,9 @@ class IndexPut(RankChanging):
     def type_transfer(self, x: list[AbsTensor]) -> list[AbsTensor]:
         return [AbsTensor(list(x[0].shape), x[0].dtype)]
 
+    def inner_tensors(self, x: list[AbsTensor]) -> list[AbsTensor]:
+        return [AbsTensor([x[1].shape[0], *x[2].shape], x[2].dtype)]  # one row per position
+
     @staticmethod
     def forward(a: Attrs, x: torch.Tensor, index: torch.Tensor, row: torch.Tensor) -> torch.Tensor:
         shape = [a.in_types[1].shape[0], *a.in_types[2].shape]
