@@ -142,8 +142,15 @@ def run_onnx(
 ) -> Reply:
     """Import, compile and run ONNX bytes on one backend in the worker (`roundtrip`: compile
     the imported IR printed and parsed back, where the backend has a text form)."""
-    request = {"kind": "run", "backend": backend, "opt": opt, "onnx": onnx, "inputs": encode_arrays(inputs)}
-    return worker.call(request | {"roundtrip": roundtrip}, timeout_s)
+    request = {
+        "kind": "run",
+        "backend": backend,
+        "opt": opt,
+        "onnx": onnx,
+        "inputs": encode_arrays(inputs),
+        "roundtrip": roundtrip,
+    }
+    return worker.call(request, timeout_s)
 
 
 def run_backend(worker: WorkerHandle, prepared: Prepared, backend: str, opt: str, timeout_s: float) -> Reply:
@@ -186,6 +193,8 @@ def judge(prepared: Prepared, backend: str, opt: str, reply: Reply, settings: Ca
     )
 
 
+# Stages no optimization level reaches, and where a finding there is localized (no O0 run).
+BEFORE_OPTIMIZATION = {"import": "conversion", "roundtrip": "roundtrip"}
 Known = Callable[[str], bool]  # is a finding signature already on record (bundled, localized)?
 
 
@@ -240,8 +249,8 @@ def run_backends(
         ms[f"{backend}.compare"] = (time.perf_counter() - t1) * 1e3
         if finding is None:
             continue
-        if finding.stage in ("import", "roundtrip"):
-            finding.localized = "conversion" if finding.stage == "import" else "roundtrip"
+        if finding.stage in BEFORE_OPTIMIZATION:
+            finding.localized = BEFORE_OPTIMIZATION[finding.stage]
         elif settings.localize and finding.symptom != "hang" and not (known and known(finding.signature)):
             again = run_backend(worker, prepared, backend, "O0", settings.timeout_s)
             result.add_hits(again.msg)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -219,6 +220,15 @@ class _Step:
     moved: list[torch.Tensor | None] = field(default_factory=list)  # per trainable master: moved and not undone
 
 
+class _Ran(NamedTuple):
+    """An instruction's last run (`_Search._run`): under which key, its outputs (value id,
+    tensor, shadow), and whether they were free of NaN/Inf."""
+
+    key: tuple
+    outputs: list[tuple[int, torch.Tensor, torch.Tensor | None]]
+    finite: bool
+
+
 class _Search:
     """Mutable state of one search: masters of the leaves, the runner, the rng."""
 
@@ -258,7 +268,7 @@ class _Search:
         # written (`_key`): a 20 ms ConvTranspose beside the op being repaired need not run
         # again each step. Leaves are masters or made afresh from them, so the versions of
         # the masters say whether an instruction's inputs can have changed.
-        self._cache: dict[int, tuple[tuple, list[tuple[int, torch.Tensor, torch.Tensor | None]], bool]] = {}
+        self._cache: dict[int, _Ran] = {}
 
     def _dtype(self, v: int) -> DType:
         return self.graph.types[v].dtype
@@ -320,7 +330,7 @@ class _Search:
         drawn wide, narrow and as one repeated value in turn (`sample_tensor`); with
         `only_bad`, replace just the non-finite elements of float masters."""
         self.restarts += not only_bad
-        draw = DRAWS[self.restarts % len(DRAWS) - 1] if not only_bad else "wide"
+        draw = DRAWS[(self.restarts - 1) % len(DRAWS)] if not only_bad else "wide"
         with torch.no_grad():
             for v, m in self.masters.items():
                 if leaves is not None and v not in leaves:
@@ -406,16 +416,16 @@ class _Search:
         pass (retain_graph)."""
         key = self._key(k)
         hit = self._cache.get(k)
-        if hit is not None and hit[0] == key:
-            for v, out, shadow in hit[1]:
+        if hit is not None and hit.key == key:
+            for v, out, shadow in hit.outputs:
                 env[v] = out
                 if shadow is not None:
                     shadows[v] = shadow
-            return hit[2]
+            return hit.finite
         outs = self.runner.run_inst(k, env, shadows)
         kept = [(v, env[v], shadows.get(v)) for v in self.graph.insts[k].outputs]
         finite = all(_finite(o) for o in outs)
-        self._cache[k] = (key, kept, finite)
+        self._cache[k] = _Ran(key, kept, finite)
         return finite
 
     def _outside(self, k: int, env: dict[int, torch.Tensor]) -> bool:
