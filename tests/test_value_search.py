@@ -213,6 +213,15 @@ def test_bool_cast_log_is_repaired_through_proxy_derivatives_only(elementwise_dr
     assert not without.ok and without.failed_op == "Log"
 
 
+def test_bitwise_not_passes_a_proxy_derivative(elementwise_draws):
+    # Log(Cast(~x)) needs ~x >= 1, so x <= -2, on all 64 integers: ~x = -1 - x has slope -1.
+    v = ((64,), DType.int32)
+    g = _net([v], [("BitwiseNot", {}, (0,), v), ("CastF32", {}, (1,), ((64,), F32)), ("Log", {}, (2,), ((64,), F32))])
+    r = search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=60)
+    assert r.ok and (r.values[0] <= -2).all()
+    assert not search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=60, proxy=False).ok
+
+
 def test_integer_zeros_before_a_reciprocal_are_moved():
     g = _net([((64,), DType.int8)], [("CastF32", {}, (0,), ((64,), F32)), ("Reciprocal", {}, (1,), ((64,), F32))])
     r = search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=60)
@@ -235,12 +244,13 @@ def _leaf_grads(g: GraphIR, values: dict, proxy: bool, loss_of) -> dict[int, tor
     return {v: (t.grad if t.grad is not None else torch.zeros_like(t)) for v, t in leaves.items() if t.requires_grad}
 
 
-def test_comparison_into_where_gets_a_proxy_derivative():
-    # Log(Where(x > y, p, -|q|)): where the condition is False nothing but the
-    # condition can make Log's input positive, and Greater has no true derivative.
+@pytest.mark.parametrize("op", ["Greater", "GreaterEqual", "Less", "LessEqual"])
+def test_comparison_into_where_gets_a_proxy_derivative(op):
+    # Log(Where(x > y, p, -|q|)) (x < y for Less): where the condition is False nothing but
+    # the condition can make Log's input positive, and comparisons have no true derivative.
     n = (16,)
     body = [
-        ("Greater", {}, (0, 1), (n, BOOL)),
+        (op, {}, (0, 1), (n, BOOL)),
         ("Abs", {}, (3,), (n, F32)),
         ("Neg", {}, (5,), (n, F32)),
         ("Where", {}, (4, 2, 6), (n, F32)),
@@ -249,6 +259,7 @@ def test_comparison_into_where_gets_a_proxy_derivative():
     g = _net([(n, F32)] * 4, body)
     rng = np.random.default_rng(0)
     values = {v: rng.uniform(1, 9, n).astype(np.float32) for v in range(4)}
+    up = 1 if op.startswith("Greater") else -1  # the direction of x - y that makes it True
 
     def loss(env):
         return num.lt0(-env[7])  # Log's domain: its input > 0
@@ -256,12 +267,37 @@ def test_comparison_into_where_gets_a_proxy_derivative():
     true = _leaf_grads(g, values, False, loss)
     assert not true[0].any() and not true[1].any()
     proxied = _leaf_grads(g, values, True, loss)
-    off = values[0] <= values[1]  # where the condition is False
+    off = up * (values[0] - values[1]) <= 0  # where the condition is False
     assert off.any()
-    assert (proxied[0].numpy()[off] < 0).all() and (proxied[1].numpy()[off] > 0).all()  # raise x, lower y
+    assert (up * proxied[0].numpy()[off] < 0).all() and (up * proxied[1].numpy()[off] > 0).all()
     r = search_values(g, 1, "gradient", budget_ms=60_000, init=INIT, max_iters=80)
-    assert r.ok and (r.values[0] > r.values[1]).all()
+    assert r.ok and (up * (r.values[0] - r.values[1]) >= 0).all()
     assert not search_values(g, 1, "gradient", budget_ms=60_000, init=INIT, max_iters=80, proxy=False).ok
+
+
+@pytest.mark.parametrize("proxy", [False, True])
+def test_batch_norm_running_statistics_get_their_true_gradient(proxy):
+    # Its forward detaches the running mean and variance for the exporter; a search that
+    # must bring Asin(BatchNorm(...)) into [-1, 1] needs to move them too.
+    c = (3,)
+    g = _net(
+        [((2, 3, 4), F32), (c, F32), (c, F32), (c, F32), (c, F32)],
+        [("BatchNorm", {}, (0, 1, 2, 3, 4), ((2, 3, 4), F32)), ("Asin", {}, (5,), ((2, 3, 4), F32))],
+    )
+    rng = np.random.default_rng(0)
+    values = {v: rng.uniform(1, 9, g.types[v].shape).astype(np.float32) for v in range(5)}
+    grads = _leaf_grads(g, values, proxy, lambda env: env[5].sum())
+    x, mean, var, w = (values[v] for v in range(4))
+    scale = w / np.sqrt(var + 1e-5)
+    np.testing.assert_allclose(grads[1].numpy(), -scale * 8, rtol=1e-4)  # 8 elements per channel
+    centered = (x - mean[:, None]).sum(axis=(0, 2))
+    np.testing.assert_allclose(grads[2].numpy(), -0.5 * centered * scale / (var + 1e-5), rtol=1e-4)
+    runner = Runner(g, values, proxy=proxy)
+    env = {v: torch.tensor(a, requires_grad=True) for v, a in values.items()}
+    runner.run_inst(0, env, {})
+    with torch.no_grad():
+        plain = torch.nn.functional.batch_norm(*(torch.tensor(values[v]) for v in range(5)), eps=1e-5)
+    assert torch.equal(env[5].detach(), plain)  # the same values: only the gradient differs
 
 
 def test_argmax_path_gets_a_proxy_derivative():
@@ -496,6 +532,20 @@ def test_triangle_zeros_before_a_divisor_are_proven():
     assert "Tril" in prove_infeasible(g)
     g = _net([m], [("Tril", {"diagonal": 2}, (0,), m), ("Reciprocal", {}, (1,), m)])  # keeps everything
     assert prove_infeasible(g) is None
+
+
+@pytest.mark.parametrize("n, proven", [(4, True), (1, False)])
+def test_a_log_softmax_as_running_variance_is_proven(n, proven):
+    # var + eps > 0 on every entry, but some entry of a LogSoftmax over n is at most -log n;
+    # over one entry it is exactly 0, which is valid.
+    c = ((n,), F32)
+    g = _net(
+        [((2, n), F32), c, c, c, c],
+        [("LogSoftmax", {"dim": 0}, (2,), c), ("BatchNorm", {}, (0, 1, 5, 3, 4), ((2, n), F32))],
+    )
+    reason = prove_infeasible(g)
+    assert (reason is not None and reason.startswith("BatchNorm <- LogSoftmax")) is proven
+    assert search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=40).ok is not proven
 
 
 def test_feasible_lookalikes_are_not_proven():
@@ -1114,6 +1164,32 @@ def test_an_instruction_whose_leaves_did_not_move_is_not_run_again(monkeypatch):
     plain = search_values(g, 0, "gradient", budget_ms=60_000, init=(-9.0, -1.0), max_iters=100)
     assert plain.iterations == r.iterations and all(np.array_equal(r.values[k], plain.values[k]) for k in r.values)
     assert all(np.array_equal(r.oracle[k], plain.oracle[k]) for k in r.oracle)
+
+
+def test_ops_no_vulnerable_op_reads_run_once_all_hold(monkeypatch):
+    # Tanh(x) comes first in the graph but feeds only an output; Sqrt(x) for x from [-9, -1]
+    # takes several steps on x. Tanh runs once, after Sqrt holds, not at every step.
+    v = ((64,), F32)
+    g = _net([v], [("Tanh", {}, (0,), v), ("Sqrt", {}, (0,), v), ("Add", {}, (1, 2), v)])
+    assert gradient.demand_order(g, [1]) == [1, 0, 2]
+    runs = []
+    run_inst = Runner.run_inst
+    monkeypatch.setattr(Runner, "run_inst", lambda self, k, *a: runs.append(k) or run_inst(self, k, *a))
+    r = search_values(g, 0, "gradient", budget_ms=60_000, init=(-9.0, -1.0), max_iters=100)
+    assert r.ok and r.iterations > 3
+    assert runs.count(1) == r.iterations and runs.count(0) == runs.count(2) == 1
+    assert np.isfinite(r.oracle[3]).all()
+
+
+def test_demand_order_is_topological():
+    for seed, g in _generated():
+        vulnerable = [k for k, inst in enumerate(g.insts) if op_by_name(inst.op).vulnerable]
+        order = gradient.demand_order(g, vulnerable)
+        assert sorted(order) == list(range(len(g.insts)))
+        made = set(g.inputs) | set(g.weights)
+        for k in order:
+            assert set(g.insts[k].inputs) <= made, seed
+            made |= set(g.insts[k].outputs)
 
 
 @pytest.mark.parametrize("neg, exact", [(True, True), (False, False)])

@@ -94,6 +94,33 @@ def overflow_guard(ins: list[torch.Tensor], cap: float | None = None) -> tuple[l
     return losses, cap
 
 
+def demand_order(graph: GraphIR, first: list[int]) -> list[int]:
+    """A topological order of `graph`'s instructions that runs each of `first` (in
+    their order) as soon as what it reads is computed, and the rest after.
+
+    Algorithm 3 stops at the first op with NaN/Inf in any topological order. This one
+    makes a search step on a vulnerable op run its cone only: a heavy ConvTranspose
+    that feeds no vulnerable op (only an output) waits until they all hold."""
+    producer = {v: k for k, inst in enumerate(graph.insts) for v in inst.outputs}
+    order: list[int] = []
+    placed: set[int] = set()
+    for root in [*first, *range(len(graph.insts))]:
+        stack = [root]
+        while stack:  # iterative post-order: graphs can be deeper than Python's recursion
+            k = stack[-1]
+            if k in placed:
+                stack.pop()
+                continue
+            todo = [producer[v] for v in graph.insts[k].inputs if v in producer and producer[v] not in placed]
+            if todo:
+                stack.extend(reversed(todo))
+            else:
+                placed.add(k)
+                order.append(k)
+                stack.pop()
+    return order
+
+
 def _finite(t: torch.Tensor) -> bool:
     """No NaN/Inf in `t`: its min and max are finite (both propagate NaN). One fused
     reduction with no temporary: far cheaper than isfinite(t).all() per op."""
@@ -264,6 +291,8 @@ class _Search:
             self.cones.append(c)
             for v in inst.outputs:
                 cone[v] = c
+        self.order = demand_order(graph, [k for k in range(len(graph.insts)) if self.runner.spec(k).vulnerable])
+        self.rank = {k: i for i, k in enumerate(self.order)}
         # Outputs of the last run per instruction, reused while no master of its cone was
         # written (`_key`): a 20 ms ConvTranspose beside the op being repaired need not run
         # again each step. Leaves are masters or made afresh from them, so the versions of
@@ -394,7 +423,7 @@ class _Search:
         input outside its domain where the output cannot show it (a float cast to an
         integer out of range is undefined, not NaN)."""
         env, shadows = self.env()
-        for k in range(len(self.graph.insts)):
+        for k in self.order:
             if not self._run(k, env, shadows):
                 return k, env, shadows
             if k in self.silent and self._outside(k, env):
@@ -575,7 +604,7 @@ def search_values(
                 guard = _guard_loss(s, guards if bad == target else set(), env, shadows, (bad, own))
         value = math.inf if loss is None else float(loss.detach())
         if pending is not None:
-            broke = bad < pending.target
+            broke = s.rank[bad] < s.rank[pending.target]
             # Worse: an earlier loss of the target violated again, or the same one grown.
             worse = bad == pending.target and (which, -value) < (pending.which, -pending.loss)
             if broke or worse:

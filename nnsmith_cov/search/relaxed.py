@@ -10,8 +10,9 @@ gradient is a proxy, made with `numeric.attach` (a straight-through estimator):
 - leaves: the shadow follows the float master the search optimizes;
 - float -> integer casts: slope 1 (truncation's trend); -> bool (x != 0):
   slope ALPHA * sign(x), which moves x away from 0 to make it True;
-- comparisons: Greater(x, y) has slope ALPHA in x - y, Less in y - x, Equal
-  in -|x - y|;
+- comparisons: Greater(x, y) and GreaterEqual have slope ALPHA in x - y, Less
+  and LessEqual in y - x, Equal in -|x - y|;
+- BitwiseNot: slope -1 (~x = -1 - x);
 - Not, And, Or, Xor: the derivatives of their arithmetic forms 1 - a, a + b,
   a + b, a(1 - 2b) + b(1 - 2a), evaluated at the boolean values (a, b are
   never multiplied, so a False operand still gets a gradient);
@@ -57,6 +58,7 @@ from nnsmith_cov.abstract.reduce_meta import ArgReduce
 from nnsmith_cov.gen.graph_ir import GraphIR
 from nnsmith_cov.materialize.torch_module import GraphModule
 from nnsmith_cov.ops import op_by_name
+from nnsmith_cov.ops.nn import BN_EPS
 
 Shadows = dict[int, torch.Tensor]
 
@@ -128,6 +130,22 @@ FLOAT_PROXIES |= {name: _extreme(name) for name in ("ReduceMax", "ReduceMin")}
 FLOAT_PROXIES |= {"Max": _pairwise(torch.maximum), "Min": _pairwise(torch.minimum)}
 FLOAT_PROXIES["ReduceProd"] = _product
 
+
+def _batch_norm(a: Attrs, x: torch.Tensor, mean, var, w, b) -> torch.Tensor:
+    """BatchNorm with its true derivative in the running mean and variance, which its
+    forward detaches only because the exporter refuses buffers that require grad."""
+    out = op_by_name("BatchNorm").forward(a, x, mean, var, w, b)
+    if not (mean.requires_grad or var.requires_grad):
+        return out
+    shape = [1, -1] + [1] * (x.dim() - 2)
+    mean, var, w, b = (t.reshape(shape) for t in (mean, var, w, b))
+    return num.attach(out, (x - mean) / torch.sqrt(var + BN_EPS) * w + b)
+
+
+# Ops whose forward cuts a gradient the search needs, run as these while it records
+# gradients, with or without proxy derivatives (same values).
+SEARCH_FORWARDS = {"BatchNorm": _batch_norm}
+
 # Inputs that are positions into another input: they steer the op but carry no gradient.
 INDEX_INPUTS = {"GatherElements": (1,), "IndexSelect": (1,)}
 
@@ -172,6 +190,9 @@ class Runner:
         if self.widen and k in self.wide:  # float inputs and outputs only: no shadows cross it
             out = self.module.fn(k)(self.attrs(k), *(env[v].float() for v in inst.inputs)).half()
             env[inst.outputs[0]] = out
+            return [out]
+        if inst.op in SEARCH_FORWARDS and torch.is_grad_enabled():  # float inputs and output only
+            out = env[inst.outputs[0]] = SEARCH_FORWARDS[inst.op](self.attrs(k), *(env[v] for v in inst.inputs))
             return [out]
         if not self.proxy or not torch.is_grad_enabled():
             return self.module.run_inst(k, env)
@@ -219,8 +240,10 @@ class Runner:
         name = spec.name()
         if name.startswith("Cast") or name == "TypeAs":  # (TypeAs: a cast to its second input's dtype)
             return [_cast(xs[0], grads[0], outs[0])]
-        if name in ("Greater", "Less", "Equal"):
+        if name in _COMPARISONS:
             return [_compare(name, xs, grads, outs[0])]
+        if name == "BitwiseNot":  # ~x = -1 - x
+            return [None if grads[0] is None else num.attach(outs[0], -grads[0])]
         if name in ("Not", "And", "Or", "Xor"):
             return [_logic(name, xs, grads, outs[0])]
         if name == "Where":
@@ -253,17 +276,21 @@ def _cast(x: torch.Tensor, g: torch.Tensor | None, out: torch.Tensor) -> torch.T
     return num.attach(out, g)
 
 
+# What each comparison's proxy follows: a surrogate that rises as the comparison turns True.
+_COMPARISONS = {
+    "Greater": lambda x, y: x - y,
+    "GreaterEqual": lambda x, y: x - y,
+    "Less": lambda x, y: y - x,
+    "LessEqual": lambda x, y: y - x,
+    "Equal": lambda x, y: -(x - y).abs(),
+}
+
+
 def _compare(name: str, xs: list[torch.Tensor], grads: list[torch.Tensor | None], out: torch.Tensor):
     if all(g is None for g in grads):
         return None
     x, y = (_value(t, g) for t, g in zip(xs, grads))
-    if name == "Greater":
-        surrogate = x - y
-    elif name == "Less":
-        surrogate = y - x
-    else:
-        surrogate = -(x - y).abs()
-    return num.attach(out, num.ALPHA * surrogate)
+    return num.attach(out, num.ALPHA * _COMPARISONS[name](x, y))
 
 
 def _logic(name: str, xs: list[torch.Tensor], grads: list[torch.Tensor | None], out: torch.Tensor):

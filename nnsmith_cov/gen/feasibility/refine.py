@@ -13,6 +13,7 @@ from nnsmith_cov.gen.feasibility.facts import INF, Infeasible, Range
 from nnsmith_cov.gen.feasibility.layout import KEEP_ALL, pad_widths
 from nnsmith_cov.gen.feasibility.values import value_set
 from nnsmith_cov.gen.graph_ir import GraphIR, Inst
+from nnsmith_cov.ops.nn import BN_EPS
 
 # A domain: (lo, hi, lo_open, hi_open, nonzero): every element lies in the interval and, with
 # nonzero, is not 0.
@@ -25,6 +26,7 @@ DOMAINS: dict[str, list[Domain | None]] = {
     "Acos": [(-1.0, 1.0, False, False, False)],
     "Reciprocal": [(-INF, INF, False, False, True)],
     "Div": [None, (-INF, INF, False, False, True)],
+    "BatchNorm": [None, None, (-BN_EPS, INF, True, False, False)],  # running variance + eps > 0
 }
 
 
