@@ -526,6 +526,35 @@ def test_graphs_without_valid_values_are_proven(origin):
     assert not search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=40).ok
 
 
+@pytest.mark.parametrize("rows, proven", [(1, True), (4, False)])
+def test_a_scatter_keeps_the_zeros_it_cannot_reach(rows, proven):
+    # Tril(diagonal=-2) of a [4, 3] integer zeroes every row but part of the last two; a
+    # ScatterValue of 2 along axis 1 with an index of one row writes only in row 0, so the
+    # Log2 after it sees zeros in every execution. An index of four rows may cover them.
+    m, i64 = ((4, 3), DType.int64), DType.int64
+    attrs = {"axis": 1, "value": 2.0}
+    g = _net(
+        [m, ((rows, 3), i64)],
+        [
+            ("Tril", {"diagonal": -2}, (0,), m),
+            ("ScatterValue", attrs, (2, 1), m),
+            ("CastF32", {}, (3,), ((4, 3), F32)),
+            ("Log2", {}, (4,), ((4, 3), F32)),
+        ],
+        weights=(1,),
+    )
+    reason = prove_infeasible(g)
+    assert (reason is not None and reason.startswith("Log2 <- ScatterValue")) is proven
+    # The box is sound: every element of random executions lies within it.
+    lo, hi = analyze(g)[1][3].box
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        values = {0: rng.integers(-5, 5, (4, 3)), 1: rng.integers(0, 3, (rows, 3))}
+        with torch.no_grad():
+            out = GraphModule(g, op_by_name, values).run(*input_tensors(g, values))[3].double()
+        assert (lo <= out).all() and (out <= hi).all()
+
+
 def test_triangle_zeros_before_a_divisor_are_proven():
     m = ((3, 3), F32)
     g = _net([m], [("Tril", {"diagonal": 0}, (0,), m), ("Reciprocal", {}, (1,), m)])
@@ -546,6 +575,25 @@ def test_a_log_softmax_as_running_variance_is_proven(n, proven):
     reason = prove_infeasible(g)
     assert (reason is not None and reason.startswith("BatchNorm <- LogSoftmax")) is proven
     assert search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=40).ok is not proven
+
+
+def test_a_product_with_a_zero_in_every_execution_is_zero():
+    # Tril's zeros times Exp(y) (unbounded above: the corners give 0 * inf) stay zeros, as
+    # valid executions hold finite values: the Reciprocal after it is proven.
+    m = ((3, 3), F32)
+    g = _net([m, m], [("Tril", {"diagonal": 0}, (0,), m), ("Exp", {}, (1,), m), ("Mul", {}, (2, 3), m)])
+    g_inv = _net([m, m], [*_body(g), ("Reciprocal", {}, (4,), m)])
+    assert prove_infeasible(g_inv) is not None and "Tril" in prove_infeasible(g_inv)
+    lo, hi = analyze(g)[1][4].box
+    upper = torch.triu(torch.ones(3, 3, dtype=torch.bool), diagonal=1)
+    assert (lo[upper] == 0).all() and (hi[upper] == 0).all()
+    assert (hi[~upper] > 1e30).all()  # Exp: no bound below the dtype's
+
+
+def _body(g: GraphIR) -> list:
+    """g's instructions as `_net` rows."""
+    out = [g.types[i.outputs[0]] for i in g.insts]
+    return [(i.op, dict(i.attrs), i.inputs, (t.shape, t.dtype)) for i, t in zip(g.insts, out)]
 
 
 def test_feasible_lookalikes_are_not_proven():

@@ -38,6 +38,7 @@ _POINTWISE_OTHER = {name for name, (_, trend, _) in UNARY.items() if trend == 0}
 # Ops whose output holds elements the same in every execution (padding, a zeroed triangle):
 # boxes start there and are followed while they say more than the value's range.
 _BOX_SOURCES = {"PadConstant", "Tril", "Triu"}
+_SCATTERS = {"ScatterValue", "ScatterAdd", "ScatterReduce"}
 Box = tuple[torch.Tensor, torch.Tensor]
 
 
@@ -59,9 +60,30 @@ def _magnitude(lo: torch.Tensor, hi: torch.Tensor) -> Box:
     return torch.where(lo >= 0, lo, torch.where(hi <= 0, -hi, torch.zeros_like(lo))), torch.maximum(lo.abs(), hi.abs())
 
 
+def _scatter_box(a, x: Range) -> Box | None:
+    """A scatter writes only where the coordinates off its axis lie within the index's
+    shape: elsewhere x's bounds hold. A ScatterValue widens them where it writes to take its
+    value; the scatters of a source leave them to the output's range."""
+    t, index = a["in_types"][:2]
+    if t.dtype is DType.bool:
+        return None
+    dt = torch.float32 if t.dtype is DType.float16 else (t.dtype.torch if t.dtype.is_float else torch.float64)
+    lo, hi = (b.to(dt).clone() for b in (_whole(t, x, dt) if x.box is None else x.box))
+    reach = tuple(slice(None) if d == a.axis else slice(0, n) for d, n in enumerate(index.shape))
+    if "value" in a:
+        value = a.value if t.dtype.is_float else float(int(a.value))
+        lo[reach], hi[reach] = lo[reach].clamp(max=value), hi[reach].clamp(min=value)
+    else:
+        lo[reach], hi[reach] = -math.inf, math.inf
+    return lo, hi
+
+
 def _box_of(inst: Inst, a, ins: list[Range]) -> list[Box] | None:
     """Per-element bounds of the outputs of `inst`, from its inputs' boxes (or ranges)."""
     name = inst.op
+    if name in _SCATTERS:
+        box = _scatter_box(a, ins[0])
+        return None if box is None else [box]
     if name == "Interpolate" and a.mode == "bicubic":
         return None
     types = a["in_types"]
@@ -118,9 +140,12 @@ def _box_of(inst: Inst, a, ins: list[Range]) -> list[Box] | None:
                 corners = [c.nan_to_num(nan=math.nan) for c in corners]
                 los = torch.stack(torch.broadcast_tensors(*corners)).amin(0)
                 his = torch.stack(torch.broadcast_tensors(*corners)).amax(0)
-                if any(bool(c.isnan().any()) for c in corners):  # 0 * inf: no bound there
+                if any(bool(c.isnan().any()) for c in corners):  # 0 * inf: no bound there ...
                     nan = torch.stack(torch.broadcast_tensors(*[c.isnan() for c in corners])).any(0)
+                    # ... unless a factor is 0 in every execution: valid ones have finite values.
+                    zero = (x_lo == 0) & (x_hi == 0) | (w_lo == 0) & (w_hi == 0)
                     los, his = los.masked_fill(nan, -math.inf), his.masked_fill(nan, math.inf)
+                    los, his = los.masked_fill(zero, 0), his.masked_fill(zero, 0)
                 if name == "PReLU":
                     los, his = los + base[0], his + base[1]
             else:
