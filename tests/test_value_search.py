@@ -1240,6 +1240,20 @@ def test_demand_order_is_topological():
             made |= set(g.insts[k].outputs)
 
 
+@pytest.mark.parametrize("whole, exact", [(False, True), (True, False)])
+def test_a_pow_of_a_base_at_most_zero_needs_it_exactly_zero(whole, exact):
+    # Pow(-Sqrt(x), y): a base <= 0 takes only a whole exponent, or else must be 0, so x = 0
+    # exactly. An exponent cast from an integer is whole: any x >= 0 is valid then.
+    v, i32 = ((8,), F32), ((8,), DType.int32)
+    y = [("CastF32", {}, (1,), v)] if whole else [("Tanh", {}, (1,), v)]
+    body = [*y, ("Sqrt", {}, (0,), v), ("Neg", {}, (3,), v), ("Pow", {}, (4, 2), v)]
+    g = _net([v, i32 if whole else v], body)
+    reason = prove_infeasible(g)
+    assert (reason is not None and "valid only where input v0 is exactly 0" in reason) == exact
+    if not exact:
+        assert search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=80).ok
+
+
 @pytest.mark.parametrize("neg, exact", [(True, True), (False, False)])
 def test_a_slice_keeps_an_exact_value_isolated(neg, exact):
     # Sqrt(Neg(Acos(x[:4]))) needs Acos = 0, so every picked x exactly 1: dropped like a

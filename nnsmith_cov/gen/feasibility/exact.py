@@ -29,9 +29,13 @@ _INVERSE: dict[str, Callable[[float], float | None]] = {
 }
 
 
-def _only_at(name: str, r: Range) -> float | None:
-    """The one value every element of a valid input must hold, where input range r meets
-    the op's closed domain at one end only (Acos of a value >= 1 needs it to be 1)."""
+def _only_at(name: str, ins: list[Range]) -> float | None:
+    """The one value every element of a valid first input must hold, where its range meets
+    the op's closed domain at one end only (Acos of a value >= 1 needs it to be 1; a Pow
+    of a base <= 0 needs it to be 0, unless its exponent is a whole number)."""
+    r = ins[0]
+    if name == "Pow" and r.hi <= 0 and not ins[1].integral:
+        return 0.0
     if name in ("Asin", "Acos"):
         return 1.0 if r.lo >= 1 else (-1.0 if r.hi <= -1 else None)
     if name == "Sqrt" and r.hi <= 0:
@@ -67,10 +71,12 @@ def exact_only(graph: GraphIR, producers: dict[int, Inst], inst: Inst, ins: list
     generator drops such graphs like those proven to have none."""
     if not ins:
         return None
-    b = _only_at(inst.op, ins[0])
+    b = _only_at(inst.op, ins)
     found = None if b is None else _isolated(graph, producers, inst.inputs[0], b)
     if found is None:
         return None
     leaf, c = found
     kind = "input" if leaf in graph.inputs else "weight"
-    return f"{inst.op} <- {producer_chain(graph, inst.inputs[0])}: valid only where {kind} v{leaf} is exactly {c:g}"
+    unless = " (or its exponent a whole number)" if inst.op == "Pow" else ""
+    chain = producer_chain(graph, inst.inputs[0])
+    return f"{inst.op} <- {chain}: valid only where {kind} v{leaf} is exactly {c:g}{unless}"
