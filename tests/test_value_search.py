@@ -596,6 +596,29 @@ def _body(g: GraphIR) -> list:
     return [(i.op, dict(i.attrs), i.inputs, (t.shape, t.dtype)) for i, t in zip(g.insts, out)]
 
 
+@pytest.mark.parametrize("n, scale, proven", [(5, 1.0, True), (1, 0.25, False)])
+def test_a_per_channel_fake_quantize_carries_what_some_element_reaches(n, scale, proven):
+    # Some entry of a Softmax over 5 is at most 0.2; Sin of it rounds to 0 on every channel's
+    # grid (scales 1, 2, 4): Log of it is -inf. Over one entry the Softmax is 1, and Sin(1)
+    # keeps a positive value on grids of 0.25, 0.5 and 1.
+    t = ((2, n, 3), F32)
+    attrs = {"axis": 2, "scale": scale, "zero": 105, "lo": 0, "hi": 255}
+    body = [("Softmax", {"dim": 1}, (0,), t), ("Sin", {}, (1,), t), ("FakeQuantizePerChannel", attrs, (2,), t)]
+    g = _net([t], [*body, ("Log", {}, (3,), t)])
+    reason = prove_infeasible(g)
+    assert (reason is not None and reason.startswith("Log <- Softmax")) is proven
+    assert search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=20).ok is not proven
+    # Sound: the bounds hold on random executions.
+    r = analyze(_net([t], body))[1][3]
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        x = {0: rng.normal(0, 3, t[0]).astype(np.float32)}
+        with torch.no_grad():
+            y = GraphModule(g, op_by_name, x).run(*input_tensors(g, x))[3]
+        assert r.lo <= float(y.min()) and float(y.max()) <= r.hi
+        assert float(y.min()) <= r.below and float(y.max()) >= r.above
+
+
 def test_feasible_lookalikes_are_not_proven():
     one = ((1,), F32)
     for body in (

@@ -50,11 +50,16 @@ class FakeQuantizePerChannel(FakeQuantize):
         self.params["axis"] = draw.integer("fake_quant.axis", 0, ins[0][1] - 1)
 
     @staticmethod
-    def forward(a: Attrs, x: torch.Tensor) -> torch.Tensor:
+    def channels(a: Attrs) -> list[tuple[float, int]]:
+        """Each channel's scale and zero point."""
+        n = a.in_types[0].shape[a.axis]
+        return [(a.scale * 2 ** (c % 3), a.lo + (a.zero - a.lo + 37 * c) % (a.hi - a.lo + 1)) for c in range(n)]
+
+    @classmethod
+    def forward(cls, a: Attrs, x: torch.Tensor) -> torch.Tensor:
         # Plain lists, so the export holds them as constants.
-        channels = range(a.in_types[0].shape[a.axis])
-        scale = torch.tensor([a.scale * 2 ** (c % 3) for c in channels], dtype=torch.float32)
-        zero = torch.tensor([a.lo + (a.zero - a.lo + 37 * c) % (a.hi - a.lo + 1) for c in channels], dtype=torch.int32)
+        scale, zero = zip(*cls.channels(a)) if x.shape[a.axis] else ((), ())
+        scale, zero = torch.tensor(scale, dtype=torch.float32), torch.tensor(zero, dtype=torch.int32)
         return torch.fake_quantize_per_channel_affine(x, scale, zero, a.axis, a.lo, a.hi)
 
 

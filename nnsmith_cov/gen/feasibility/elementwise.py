@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
@@ -114,6 +115,21 @@ def unary(name: str, r: Range, a) -> Range:
     if name == "Clip" and a.hi <= 0:
         out = replace(out, src=f"Clip(hi={a.hi})")
     return out
+
+
+def per_channel(r: Range, a) -> Range:
+    """FakeQuantizePerChannel: each channel is a FakeQuantize with its own scale and zero
+    point, all non-decreasing. Every element lies within some channel's image of [lo, hi];
+    the element <= below lands at most at the largest image of below, the one >= above
+    at least at the smallest image of above."""
+    outs = [
+        unary("FakeQuantize", r, SimpleNamespace(scale=scale, zero=zero, lo=a.lo, hi=a.hi))
+        for scale, zero in set(op_by_name("FakeQuantizePerChannel").channels(a))
+    ]
+    if not outs:
+        return r
+    lo, hi = min(o.lo for o in outs), max(o.hi for o in outs)
+    return Range(lo, hi, below=max(o.below for o in outs), above=min(o.above for o in outs), src=r.src)
 
 
 def _image(name: str, fn, lo: float, hi: float) -> tuple[float, float]:

@@ -10,7 +10,7 @@ from dataclasses import replace
 import torch
 
 from nnsmith_cov.abstract.dtype import DType
-from nnsmith_cov.gen.feasibility.elementwise import UNARY, cast, mul_bounds, rising, unary
+from nnsmith_cov.gen.feasibility.elementwise import UNARY, cast, mul_bounds, per_channel, rising, unary
 from nnsmith_cov.gen.feasibility.facts import INF, SLACK, SLACKS, Infeasible, Range, constant, dtype_range, hull, zero
 from nnsmith_cov.gen.feasibility.layout import KEEP_ALL, SUBSET, pad_widths, triangle_keeps, triangle_zeros
 from nnsmith_cov.gen.feasibility.values import pointwise_values, union
@@ -73,6 +73,8 @@ def transfer(inst: Inst, a, ins: list[Range], out_types) -> list[Range]:
         if name in ("Neg", "Abs") and not out_types[0].dtype.is_float and x.lo <= tops[0].lo:
             return tops  # the most negative integer has no negation: it wraps to itself
         return [unary(name, x, a)]
+    if name == "FakeQuantizePerChannel":
+        return [per_channel(x, a)]
     if name.startswith("Cast"):
         return [cast(spec.target, x)]
     if name in KEEP_ALL:
