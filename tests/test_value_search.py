@@ -619,6 +619,18 @@ def test_a_per_channel_fake_quantize_carries_what_some_element_reaches(n, scale,
         assert float(y.min()) <= r.below and float(y.max()) >= r.above
 
 
+@pytest.mark.parametrize("op, proven", [("CumSum", True), ("ReduceSum", False)])
+def test_a_scan_starts_with_one_element(op, proven):
+    # Log(Log(.)) needs its input above e. Each CumSum of Sigmoid(x) starts with one Sigmoid,
+    # below 1; a ReduceSum of four may reach e.
+    attrs = {"axis": 0} if op == "CumSum" else {"axes": [0], "keepdim": False}
+    out = V4 if op == "CumSum" else ((), F32)
+    g = _net([V4], [("Sigmoid", {}, (0,), V4), (op, attrs, (1,), out), ("Log", {}, (2,), out), ("Log", {}, (3,), out)])
+    reason = prove_infeasible(g)
+    assert (reason is not None and reason.startswith("Log <- ")) is proven
+    assert search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=80).ok is not proven
+
+
 def test_feasible_lookalikes_are_not_proven():
     one = ((1,), F32)
     for body in (

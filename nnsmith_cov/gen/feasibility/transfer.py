@@ -210,6 +210,8 @@ def transfer(inst: Inst, a, ins: list[Range], out_types) -> list[Range]:
         out = _sum(x, _summands(name, a), out_types[0].dtype)
         if name == "ReduceSum":  # every output is a whole sum
             out = replace(out, lo=max(out.lo, out.above), hi=min(out.hi, out.below))
+        elif math.prod(a["in_types"][0].shape):  # a scan's first sum is one element: in [x.lo, x.hi]
+            out = replace(out, below=min(out.below, x.hi), above=max(out.above, x.lo))
         return [out]
     if name == "ReduceMean":
         return [Range(x.lo, x.hi, src=x.src)]
