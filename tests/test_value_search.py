@@ -337,6 +337,23 @@ def test_saturation_proxies_point_up_where_the_true_slope_does_not(fn, x):
     assert t.grad[1] > 0
 
 
+@pytest.mark.parametrize("op", ["FakeQuantize", "FakeQuantizePerChannel"])
+def test_a_saturated_fake_quantize_gets_a_proxy_derivative(op):
+    # The grid spans [-2, 1.75] (scale 0.25, range 0..15, zero point 8): torch's gradient is 0
+    # beyond it, where a search must move values back in.
+    a = Attrs({"scale": 0.25, "zero": 8, "lo": 0, "hi": 15, "axis": 0, "in_types": [TensorType((3,), F32)]})
+    spec = op_by_name(op)
+    x = [0.5, 9.0, -7.0]
+    t = torch.tensor(x, requires_grad=True)
+    out = spec.forward_proxy(a, t)
+    assert torch.equal(out.detach(), spec.forward(a, torch.tensor(x)))
+    out.sum().backward()
+    assert t.grad[0] == 1 and (t.grad[1:] > 0).all()
+    plain = torch.tensor(x, requires_grad=True)
+    spec.forward(a, plain).sum().backward()
+    assert (plain.grad[1:] == 0).all()
+
+
 def test_reduce_max_proxy_reaches_every_element():
     g = _net([((4, 6), F32)], [("ReduceMax", {"axes": [1], "keepdim": False}, (0,), ((4,), F32))])
     x = np.arange(24, dtype=np.float32).reshape(4, 6)

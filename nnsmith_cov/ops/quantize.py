@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from nnsmith_cov.abstract import numeric as num
 from nnsmith_cov.abstract.choice import ChoiceSource
 from nnsmith_cov.abstract.dtype import DType
 from nnsmith_cov.abstract.op import NONSCALAR, Attrs, Elementwise, Slot, same
@@ -33,6 +34,11 @@ class FakeQuantize(Elementwise):
     @staticmethod
     def forward(a: Attrs, x: torch.Tensor) -> torch.Tensor:
         return torch.fake_quantize_per_tensor_affine(x, a.scale, a.zero, a.lo, a.hi)
+
+    @classmethod
+    def forward_proxy(cls, a: Attrs, x: torch.Tensor) -> torch.Tensor:
+        # torch's gradient is 1 on the grid's range and 0 where it saturates: ALPHA there.
+        return num.rising(lambda t: cls.forward(a, t))(x)
 
 
 class FakeQuantizePerChannel(FakeQuantize):
