@@ -1307,6 +1307,21 @@ def test_a_pow_of_a_base_at_most_zero_needs_it_exactly_zero(whole, exact):
 
 
 @pytest.mark.parametrize("neg, exact", [(True, True), (False, False)])
+def test_a_min_with_an_input_never_above_the_value_passes_it_on(neg, exact):
+    # Pow(Min(x, -|w|), Tanh(y)): -|w| <= 0, so the base is at most 0 and must be 0, which
+    # Min gives only where -|w| is 0: w = 0 exactly. With |w| the base may be positive.
+    v = ((8,), F32)
+    mag = [("Abs", {}, (1,), v), ("Neg", {}, (3,), v)] if neg else [("Abs", {}, (1,), v)]
+    body = [*mag, ("Min", {}, (0, 2 + len(mag)), v), ("Tanh", {}, (2,), v)]
+    body.append(("Pow", {}, (3 + len(mag), 4 + len(mag)), v))
+    g = _net([v, v, v], body)
+    reason = prove_infeasible(g)
+    assert (reason is not None and "valid only where input v1 is exactly 0" in reason) == exact
+    if not exact:
+        assert search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=80).ok
+
+
+@pytest.mark.parametrize("neg, exact", [(True, True), (False, False)])
 def test_a_slice_keeps_an_exact_value_isolated(neg, exact):
     # Sqrt(Neg(Acos(x[:4]))) needs Acos = 0, so every picked x exactly 1: dropped like a
     # proof (seed 136 of the 30-node benchmark group, 600 search iterations without a hit).

@@ -70,7 +70,7 @@ def _pass(graph: GraphIR, hints: dict[int, Range]) -> tuple[str | None, dict[int
         try:
             if op_by_name(inst.op).vulnerable:
                 reason = violation(inst.op, a, ins, lambda i, vs=inst.inputs: producer_chain(graph, vs[i]))
-                reason = reason or exact_only(graph, producers, inst, ins)
+                reason = reason or exact_only(graph, producers, env, inst, ins)
                 if reason is not None:
                     return reason, env, {}
                 # Every valid execution has this op's inputs in its domain: so do the values

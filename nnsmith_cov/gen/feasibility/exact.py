@@ -26,6 +26,7 @@ _INVERSE: dict[str, Callable[[float], float | None]] = {
     "Acos": lambda b: math.cos(b) if 0 <= b <= math.pi else None,
     "Softsign": lambda b: b / (1 - abs(b)) if abs(b) < 0.99 else None,
     "Reciprocal": lambda b: 1 / b if b != 0 else None,
+    "Abs": lambda b: 0.0 if b == 0 else None,  # one-to-one at 0 only
 }
 
 
@@ -43,11 +44,14 @@ def _only_at(name: str, ins: list[Range]) -> float | None:
     return None
 
 
-def _isolated(graph: GraphIR, producers: dict[int, Inst], v: int, b: float, depth: int = 0) -> tuple[int, float] | None:
+def _isolated(
+    graph: GraphIR, producers: dict[int, Inst], env: dict[int, Range], v: int, b: float, depth: int = 0
+) -> tuple[int, float] | None:
     """A float leaf, and the value it must hold, for v to be b in some element: found
-    through ops that keep a value isolated (one-to-one unary ops, and ops that move
-    elements unchanged). None where some op on the way takes b on a whole interval
-    (Relu, Floor, a saturated Tanh, an integer cast) or the way is not followed."""
+    through ops that keep a value isolated (one-to-one unary ops, ops that move elements
+    unchanged, and a Min (Max) of an input never above (below) b, which must then be b
+    itself). None where some op on the way takes b on a whole interval (Relu, Floor, a
+    saturated Tanh, an integer cast) or the way is not followed."""
     if v in graph.inputs or v in graph.weights:
         return (v, b) if graph.types[v].dtype.is_float else None
     inst = producers.get(v)
@@ -57,14 +61,20 @@ def _isolated(graph: GraphIR, producers: dict[int, Inst], v: int, b: float, dept
     # Each output element of a SUBSET op is one of its data input's elements: the ones it
     # picks must be b (Sqrt(Neg(Acos(Slice(x)))) needs every picked x to be 1).
     if name in SHOWS_ALL or (name in SUBSET and graph.types[v].dtype.is_float):
-        return _isolated(graph, producers, inst.inputs[0], b, depth + 1)
+        return _isolated(graph, producers, env, inst.inputs[0], b, depth + 1)
     if name in _INVERSE:
         c = _INVERSE[name](b)
-        return None if c is None else _isolated(graph, producers, inst.inputs[0], c, depth + 1)
+        return None if c is None else _isolated(graph, producers, env, inst.inputs[0], c, depth + 1)
+    if name in ("Min", "Max") and graph.types[v].dtype.is_float:
+        bounded = [u for u in inst.inputs if (env[u].hi <= b if name == "Min" else env[u].lo >= b)]
+        if bounded:  # min(p, q) = b with q <= b everywhere: q = b there
+            return _isolated(graph, producers, env, bounded[0], b, depth + 1)
     return None
 
 
-def exact_only(graph: GraphIR, producers: dict[int, Inst], inst: Inst, ins: list[Range]) -> str | None:
+def exact_only(
+    graph: GraphIR, producers: dict[int, Inst], env: dict[int, Range], inst: Inst, ins: list[Range]
+) -> str | None:
     """Why `inst` is valid only where a float leaf holds one exact value (up to rounding:
     Acos(Exp(Sqrt(x))) needs x = 0, or below 4e-15 in float32), or None. Not a proof
     that no values exist: values that exact are a set no search aims for, and the
@@ -72,7 +82,7 @@ def exact_only(graph: GraphIR, producers: dict[int, Inst], inst: Inst, ins: list
     if not ins:
         return None
     b = _only_at(inst.op, ins)
-    found = None if b is None else _isolated(graph, producers, inst.inputs[0], b)
+    found = None if b is None else _isolated(graph, producers, env, inst.inputs[0], b)
     if found is None:
         return None
     leaf, c = found
