@@ -1266,6 +1266,21 @@ def test_an_instruction_whose_leaves_did_not_move_is_not_run_again(monkeypatch):
     assert all(np.array_equal(r.oracle[k], plain.oracle[k]) for k in r.oracle)
 
 
+@pytest.mark.parametrize("boost", [True, False])
+def test_a_plateau_lengthens_the_steps(monkeypatch, boost):
+    # Log(-Sign(x)) is the same loss for every x > 0: the Sign proxy leads x down, but from
+    # millions steps of half its magnitude take 20 to cross 0; doubling them on a plateau
+    # takes a few, before the first restart.
+    if not boost:
+        monkeypatch.setattr(gradient, "MAX_BOOST", 1.0)
+    v = ((8,), F32)
+    g = _net([v], [("Sign", {}, (0,), v), ("Neg", {}, (1,), v), ("Log", {}, (2,), v)])
+    r = search_values(g, 0, "gradient", budget_ms=60_000, init=(1e6, 9e6), max_iters=8)
+    assert r.ok is boost and r.restarts == 0
+    if boost:
+        assert (r.values[0] < 0).all()
+
+
 def test_ops_no_vulnerable_op_reads_run_once_all_hold(monkeypatch):
     # Tanh(x) comes first in the graph but feeds only an output; Sqrt(x) for x from [-9, -1]
     # takes several steps on x. Tanh runs once, after Sqrt holds, not at every step.

@@ -52,6 +52,7 @@ MAX_PARTIAL = 3  # redraws of a stalled loss's elements that did not shrink, bef
 JITTER = 0.5  # relative spread of the step lengths of one step's elements
 TRUST_GAIN = 1.5  # trust regained by an element whose step was kept
 MIN_TRUST = 1 / 1024  # below this an element's step is not worth taking
+MAX_BOOST = 256.0  # the most a plateau lengthens steps
 BOOL_MASTER = (0.25, 0.75)  # masters of False and True: one step of lr 0.5 flips them
 
 
@@ -163,6 +164,7 @@ class MaskedAdam:
         eps: float = 1e-30,
     ) -> None:
         self.params, self.lr, self.jitter, self.betas, self.eps = params, lr, jitter, betas, eps
+        self.boost = 1.0  # step length factor on a plateau of the loss (`search_values`)
         # None: every element fully trusted (the common case; nothing to compute).
         self.trust: list[torch.Tensor | None] = [None] * len(params)
         self.restart()
@@ -206,7 +208,7 @@ class MaskedAdam:
                 # otherwise shrink in lockstep and cross 0 together, again and again.
                 r = float(torch.rand((), generator=self.jitter, dtype=torch.float64))
                 update.mul_(1 - JITTER + 2 * JITTER * r)
-            p.sub_(update.mul_(self.lr).masked_fill_(g == 0, 0))
+            p.sub_(update.mul_(self.lr * self.boost).masked_fill_(g == 0, 0))
 
     @torch.no_grad()
     def reward(self, moved: list[torch.Tensor | None]) -> None:
@@ -492,7 +494,10 @@ def search_values(
     changes, its domain losses with a margin of GUARD_MARGIN hold still the
     elements the target would push towards its boundary (`_step_grads`), as
     do the target's own earlier losses (a Pow made valid in its base must
-    stay so while y * log(x) is brought down). An op with a NaN/Inf output
+    stay so while y * log(x) is brought down). A kept step after which the
+    target's loss is the same to the bit stands on a plateau that proxy
+    derivatives lead across (Floor, Sign, a saturated FakeQuantize): the next
+    step goes twice as far, up to MAX_BOOST times. An op with a NaN/Inf output
     that no domain loss explains (an overflow) follows `overflow_guard`.
 
     Beyond Algorithm 3's restarts on a zero gradient, the gradient method also
@@ -631,6 +636,10 @@ def search_values(
                 _take(s, opt, pending)
                 continue
             opt.reward(pending.moved)
+            # The same loss, to the bit, after a kept step: a plateau its proxies lead
+            # across (Log2 of Floor(Acos(Sign(x))) is the same for every x > 0); the next
+            # step goes twice as far.
+            opt.boost = min(opt.boost * 2, MAX_BOOST) if bad == pending.target and value == pending.loss else 1.0
             pending = None
         if loss is None or not loss.requires_grad:
             give_up(bad)  # no loss explains the NaN/Inf, or no value upstream can move
