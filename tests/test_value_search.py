@@ -648,6 +648,20 @@ def test_a_scan_starts_with_one_element(op, proven):
     assert search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=80).ok is not proven
 
 
+@pytest.mark.parametrize("cut, proven", [(True, True), (False, False)])
+def test_an_einsum_with_a_zero_operand_is_zero(cut, proven):
+    # ThresholdedRelu(Sign(x), alpha=1) is 0 everywhere (Sign is never above 1): every term
+    # of the outer product with it is 0, and Reciprocal of it is Inf. Sign(x) alone is +-1.
+    m = ((4, 4), F32)
+    zero = [("Sign", {}, (1,), V4), ("ThresholdedRelu", {"alpha": 1.0}, (2,), V4)] if cut else [("Sign", {}, (1,), V4)]
+    n = 2 + len(zero)
+    body = [*zero, ("Einsum", {"a": [0], "b": [1], "out": [0, 1]}, (0, n - 1), m), ("Reciprocal", {}, (n,), m)]
+    g = _net([V4, V4], body)
+    reason = prove_infeasible(g)
+    assert (reason is not None and reason.startswith("Reciprocal <- ThresholdedRelu")) is proven
+    assert search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=40).ok is not proven
+
+
 def test_feasible_lookalikes_are_not_proven():
     one = ((1,), F32)
     for body in (

@@ -65,8 +65,8 @@ def transfer(inst: Inst, a, ins: list[Range], out_types) -> list[Range]:
     exact = pointwise_values(inst, a, ins)
     if exact is not None:
         return exact
-    # A zero factor wins over any (finite) other operand.
-    if name in ("Mul", "MatMul") and any(zero(r) for r in ins) or name in ("Div", "PReLU") and zero(x):
+    # A zero factor wins over any (finite) other operand (each of an Einsum's terms has one).
+    if name in ("Mul", "MatMul", "Einsum") and any(zero(r) for r in ins) or name in ("Div", "PReLU") and zero(x):
         src = next(r.src for r in ins if zero(r))
         return [constant(0.0, src or f"{name} of 0")]
     if name in UNARY or name == "Clip" or rising(name, a):
