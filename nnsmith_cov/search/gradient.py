@@ -613,6 +613,7 @@ def search_values(
             # Worse: an earlier loss of the target violated again, or the same one grown.
             worse = bad == pending.target and (which, -value) < (pending.which, -pending.loss)
             if broke or worse:
+                opt.boost = 1.0  # the plateau ended the wrong way
                 if broke and s.runner.spec(bad).vulnerable:
                     guards.add(bad)  # it guards the target from now on
                 # Move back the elements the violated loss depends on, trusting them half
