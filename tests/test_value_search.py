@@ -1310,6 +1310,22 @@ def test_ops_no_vulnerable_op_reads_run_once_all_hold(monkeypatch):
     assert np.isfinite(r.oracle[3]).all()
 
 
+@pytest.mark.parametrize("narrow", [True, False])
+def test_narrow_domains_are_repaired_first(monkeypatch, elementwise_draws, narrow):
+    # Reciprocal(-n) and Log2(-n) for int8 n from [1, 9]: Log2 needs every n <= -1, and each
+    # n crosses 0 on the way, which breaks the Reciprocal. Taken first, the Log2 is the
+    # target throughout and the Reciprocal holds once it does.
+    if not narrow:
+        monkeypatch.setattr(gradient, "NARROW_FIRST", {})
+    i8, v = ((32,), DType.int8), ((32,), F32)
+    body = [("CastF32", {}, (0,), v), ("Neg", {}, (1,), v), ("Reciprocal", {}, (2,), v), ("Log2", {}, (2,), v)]
+    g = _net([i8], body)
+    r = search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=60)
+    assert r.ok is narrow
+    if narrow:
+        assert (r.values[0] <= -1).all()
+
+
 def test_demand_order_is_topological():
     for seed, g in _generated():
         vulnerable = [k for k, inst in enumerate(g.insts) if op_by_name(inst.op).vulnerable]

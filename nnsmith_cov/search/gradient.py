@@ -52,6 +52,8 @@ MAX_PARTIAL = 3  # redraws of a stalled loss's elements that did not shrink, bef
 JITTER = 0.5  # relative spread of the step lengths of one step's elements
 TRUST_GAIN = 1.5  # trust regained by an element whose step was kept
 MIN_TRUST = 1 / 1024  # below this an element's step is not worth taking
+# Vulnerable ops by how narrow their domains are (`_Search.order`): the others come after.
+NARROW_FIRST = {"Asin": 0, "Acos": 0, "Log": 1, "Log2": 1, "Sqrt": 2, "Pow": 3, "Reciprocal": 4, "Div": 4}
 MAX_BOOST = 256.0  # the most a plateau lengthens steps
 BOOL_MASTER = (0.25, 0.75)  # masters of False and True: one step of lr 0.5 flips them
 
@@ -293,7 +295,12 @@ class _Search:
             self.cones.append(c)
             for v in inst.outputs:
                 cone[v] = c
-        self.order = demand_order(graph, [k for k in range(len(graph.insts)) if self.runner.spec(k).vulnerable])
+        # Vulnerable ops with narrow domains first: Log2(x) before Reciprocal(x), so the step that
+        # takes an integer x from 1 to -1 across 0 is no break of an earlier Reciprocal, which
+        # the Log2 makes valid anyway.
+        vulnerable = [k for k in range(len(graph.insts)) if self.runner.spec(k).vulnerable]
+        vulnerable.sort(key=lambda k: NARROW_FIRST.get(graph.insts[k].op, len(NARROW_FIRST)))
+        self.order = demand_order(graph, vulnerable)
         self.rank = {k: i for i, k in enumerate(self.order)}
         # Outputs of the last run per instruction, reused while no master of its cone was
         # written (`_key`): a 20 ms ConvTranspose beside the op being repaired need not run
