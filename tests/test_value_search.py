@@ -1262,20 +1262,20 @@ def test_a_stalled_loss_redraws_only_its_own_elements(monkeypatch):
 
 
 def test_an_instruction_whose_leaves_did_not_move_is_not_run_again(monkeypatch):
-    # Sqrt(x) for x from [-9, -1] takes several steps on x; Exp(Cast(n)) beside it is valid
+    # Sqrt(-x) for x from [1, 9] takes several steps on x; Exp(Cast(n)) beside it is valid
     # from the start and nothing writes n (an integer master the clamp must not touch), so
     # it runs once. The values found are those of a search that runs everything each time.
     i32, v = ((64,), DType.int32), ((64,), F32)
-    body = [("CastF32", {}, (1,), v), ("Exp", {}, (2,), v), ("Sqrt", {}, (0,), v), ("Add", {}, (3, 4), v)]
-    g = _net([v, i32], body)
+    body = [("CastF32", {}, (1,), v), ("Exp", {}, (2,), v), ("Neg", {}, (0,), v), ("Sqrt", {}, (4,), v)]
+    g = _net([v, i32], [*body, ("Add", {}, (3, 5), v)])
     runs = []
     run_inst = Runner.run_inst
     monkeypatch.setattr(Runner, "run_inst", lambda self, k, *a: runs.append(k) or run_inst(self, k, *a))
-    r = search_values(g, 0, "gradient", budget_ms=60_000, init=(-9.0, -1.0), max_iters=100)
+    r = search_values(g, 0, "gradient", budget_ms=60_000, init=(1.0, 9.0), max_iters=100)
     assert r.ok and r.iterations > 3
     assert runs.count(0) == runs.count(1) == 1 and runs.count(2) == r.iterations
     monkeypatch.setattr(gradient._Search, "_key", lambda self, k: object())  # never reused
-    plain = search_values(g, 0, "gradient", budget_ms=60_000, init=(-9.0, -1.0), max_iters=100)
+    plain = search_values(g, 0, "gradient", budget_ms=60_000, init=(1.0, 9.0), max_iters=100)
     assert plain.iterations == r.iterations and all(np.array_equal(r.values[k], plain.values[k]) for k in r.values)
     assert all(np.array_equal(r.oracle[k], plain.oracle[k]) for k in r.oracle)
 
@@ -1296,18 +1296,18 @@ def test_a_plateau_lengthens_the_steps(monkeypatch, boost):
 
 
 def test_ops_no_vulnerable_op_reads_run_once_all_hold(monkeypatch):
-    # Tanh(x) comes first in the graph but feeds only an output; Sqrt(x) for x from [-9, -1]
+    # Tanh(x) comes first in the graph but feeds only an output; Sqrt(-x) for x from [1, 9]
     # takes several steps on x. Tanh runs once, after Sqrt holds, not at every step.
     v = ((64,), F32)
-    g = _net([v], [("Tanh", {}, (0,), v), ("Sqrt", {}, (0,), v), ("Add", {}, (1, 2), v)])
-    assert gradient.demand_order(g, [1]) == [1, 0, 2]
+    g = _net([v], [("Tanh", {}, (0,), v), ("Neg", {}, (0,), v), ("Sqrt", {}, (2,), v), ("Add", {}, (1, 3), v)])
+    assert gradient.demand_order(g, [2]) == [1, 2, 0, 3]
     runs = []
     run_inst = Runner.run_inst
     monkeypatch.setattr(Runner, "run_inst", lambda self, k, *a: runs.append(k) or run_inst(self, k, *a))
-    r = search_values(g, 0, "gradient", budget_ms=60_000, init=(-9.0, -1.0), max_iters=100)
+    r = search_values(g, 0, "gradient", budget_ms=60_000, init=(1.0, 9.0), max_iters=100)
     assert r.ok and r.iterations > 3
-    assert runs.count(1) == r.iterations and runs.count(0) == runs.count(2) == 1
-    assert np.isfinite(r.oracle[3]).all()
+    assert runs.count(2) == r.iterations and runs.count(0) == runs.count(3) == 1
+    assert np.isfinite(r.oracle[4]).all()
 
 
 @pytest.mark.parametrize("narrow", [True, False])
@@ -1324,6 +1324,20 @@ def test_narrow_domains_are_repaired_first(monkeypatch, elementwise_draws, narro
     assert r.ok is narrow
     if narrow:
         assert (r.values[0] <= -1).all()
+
+
+@pytest.mark.parametrize("project", [True, False])
+def test_leaves_an_op_reads_directly_are_kept_in_its_domain(monkeypatch, project):
+    # Acos(x) and Log(Sin(x * w)): steps on the Log move x out of [-1, 1] unless x is kept
+    # inside after each step (a projection), and such steps are backed off one by one.
+    if not project:
+        monkeypatch.setattr(gradient, "_leaf_boxes", lambda graph: {})
+    v = ((64,), F32)
+    g = _net([v, v], [("Acos", {}, (0,), v), ("Mul", {}, (0, 1), v), ("Sin", {}, (3,), v), ("Log", {}, (4,), v)])
+    assert gradient._leaf_boxes(g) == ({0: (-1.0, 1.0)} if project else {})
+    runs = [search_values(g, seed, "gradient", budget_ms=60_000, init=INIT, max_iters=8) for seed in range(6)]
+    assert all(r.ok for r in runs) is project
+    assert all(np.abs(r.values[0]).max() <= 1 for r in runs if r.ok)
 
 
 def test_demand_order_is_topological():

@@ -37,6 +37,7 @@ import torch
 
 from nnsmith_cov.abstract import numeric as num
 from nnsmith_cov.abstract.dtype import DType
+from nnsmith_cov.gen.feasibility.layout import KEEP_ALL
 from nnsmith_cov.gen.graph_ir import GraphIR
 from nnsmith_cov.search.relaxed import Runner, Shadows
 from nnsmith_cov.search.sampling import DRAWS, sample_tensor
@@ -52,6 +53,11 @@ MAX_PARTIAL = 3  # redraws of a stalled loss's elements that did not shrink, bef
 JITTER = 0.5  # relative spread of the step lengths of one step's elements
 TRUST_GAIN = 1.5  # trust regained by an element whose step was kept
 MIN_TRUST = 1 / 1024  # below this an element's step is not worth taking
+# Interval domains of vulnerable ops, as kept on the float leaves they read (`_leaf_boxes`);
+# Log's is cut at a small positive value, where its result stays moderate.
+LEAF_DOMAINS = {
+    "Asin": (-1.0, 1.0), "Acos": (-1.0, 1.0), "Sqrt": (0.0, math.inf), "Log": (1e-3, math.inf), "Log2": (1e-3, math.inf)
+}  # fmt: skip
 # Vulnerable ops by how narrow their domains are (`_Search.order`): the others come after.
 NARROW_FIRST = {"Asin": 0, "Acos": 0, "Log": 1, "Log2": 1, "Sqrt": 2, "Pow": 3, "Reciprocal": 4, "Div": 4}
 MAX_BOOST = 256.0  # the most a plateau lengthens steps
@@ -122,6 +128,28 @@ def demand_order(graph: GraphIR, first: list[int]) -> list[int]:
                 order.append(k)
                 stack.pop()
     return order
+
+
+def _leaf_boxes(graph: GraphIR) -> dict[int, tuple[float, float]]:
+    """Float leaves that a vulnerable op with an interval domain reads directly (or through
+    ops that show every element unchanged: a Reshape, a Transpose, a Tile), and the
+    interval (met over all such ops). The search keeps them inside it after every step
+    (a projection), rather than take a step on Log2(Sin(x @ w)) that breaks Acos(x) and
+    then back it off."""
+    producer = {v: inst for inst in graph.insts for v in inst.outputs}
+    boxes: dict[int, tuple[float, float]] = {}
+    for inst in graph.insts:
+        if inst.op not in LEAF_DOMAINS:
+            continue
+        v = inst.inputs[0]
+        while v in producer and producer[v].op in KEEP_ALL and len(producer[v].inputs) == 1:
+            v = producer[v].inputs[0]
+        if v in producer or not graph.types[v].dtype.is_float:
+            continue
+        lo, hi = boxes.get(v, (-math.inf, math.inf))
+        d_lo, d_hi = LEAF_DOMAINS[inst.op]
+        boxes[v] = (max(lo, d_lo), min(hi, d_hi))
+    return boxes
 
 
 def _finite(t: torch.Tensor) -> bool:
@@ -287,6 +315,7 @@ class _Search:
             and any(graph.types[v].dtype.is_float for v in inst.inputs)
             and not any(graph.types[v].dtype.is_float for v in inst.outputs)
         )
+        self.boxes = _leaf_boxes(graph)
         # Leaves each instruction depends on (its cone), for targeted resampling.
         cone: dict[int, frozenset[int]] = {v: frozenset([v]) for v in self.leaves}
         self.cones: list[frozenset[int]] = []
@@ -403,7 +432,8 @@ class _Search:
 
     def clamp_masters(self) -> None:
         """Keep masters where their leaves stay finite: float16 masters within float16's
-        range, integer masters within their dtype, bool masters near [0, 1]. A master
+        range, integer masters within their dtype, bool masters near [0, 1], and float
+        masters within the domains of the ops that read them directly (`_leaf_boxes`). A master
         already within is not written: a write makes the instructions of its cone run
         again (`_run`)."""
         with torch.no_grad():
@@ -418,9 +448,13 @@ class _Search:
     def _bounds(self, v: int) -> tuple[float, float] | None:
         """Where leaf v's master is kept (`clamp_masters`), or None when anywhere."""
         dt, m = self._dtype(v), self.masters[v]
-        if dt is DType.float16:
-            return -torch.finfo(torch.float16).max, torch.finfo(torch.float16).max
-        if dt.is_float or not m.requires_grad:
+        if dt.is_float:
+            lo, hi = self.boxes.get(v, (-math.inf, math.inf))
+            if dt is DType.float16:
+                top = torch.finfo(torch.float16).max
+                lo, hi = max(lo, -top), min(hi, top)
+            return None if (lo, hi) == (-math.inf, math.inf) else (lo, hi)
+        if not m.requires_grad:
             return None
         if dt is DType.bool:
             return -0.25, 1.25
