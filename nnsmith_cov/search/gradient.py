@@ -336,6 +336,7 @@ class _Search:
         # again each step. Leaves are masters or made afresh from them, so the versions of
         # the masters say whether an instruction's inputs can have changed.
         self._cache: dict[int, _Ran] = {}
+        self._cone_masters = [[self.masters[v] for v in sorted(c)] for c in self.cones]
 
     def _dtype(self, v: int) -> DType:
         return self.graph.types[v].dtype
@@ -423,12 +424,8 @@ class _Search:
         return sum(int(m.sum()) for m in masks.values())
 
     def save(self) -> dict[int, torch.Tensor]:
-        return {v: m.detach().clone() for v, m in self.masters.items()}
-
-    def load(self, saved: dict[int, torch.Tensor]) -> None:
-        with torch.no_grad():
-            for v, m in self.masters.items():
-                m.copy_(saved[v])
+        """The trainable masters' values (the others do not move in a step)."""
+        return {v: m.detach().clone() for v, m in self.masters.items() if m.requires_grad}
 
     def clamp_masters(self) -> None:
         """Keep masters where their leaves stay finite: float16 masters within float16's
@@ -477,7 +474,7 @@ class _Search:
         """What instruction k's outputs depend on beyond the graph: the write counts of the
         masters of its cone (every write to a master, even of the same values, counts),
         the search precision, and whether autograd records."""
-        versions = tuple(self.masters[v]._version for v in sorted(self.cones[k]))
+        versions = tuple(m._version for m in self._cone_masters[k])
         return (self.runner.widen, torch.is_grad_enabled(), versions)
 
     def _run(self, k: int, env: dict[int, torch.Tensor], shadows: Shadows) -> bool:
@@ -712,7 +709,7 @@ def _take(s: _Search, opt: MaskedAdam, step: _Step) -> None:
     """Take `step` from its start: one Adam step along its gradients."""
     opt.step(step.grads)
     s.clamp_masters()
-    if not all(_finite(m) for m in s.masters.values()):
+    if not all(_finite(p) for p, g in zip(s.trainable(), step.grads) if g is not None):  # what moved
         s.resample(only_bad=True)
     starts = [step.start[v] for v in s.trainable_leaves()]
     step.moved = [None if g is None else p.detach() != a for p, a, g in zip(s.trainable(), starts, step.grads)]
