@@ -662,6 +662,24 @@ def test_an_einsum_with_a_zero_operand_is_zero(cut, proven):
     assert search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=40).ok is not proven
 
 
+@pytest.mark.parametrize("one_source, proven", [(True, True), (False, False)])
+def test_one_number_read_twice_through_layout_ops_is_known(one_source, proven):
+    # x ^ ReduceMax(Unsqueeze(Squeeze(x))) for a one-element x is x ^ x = 0: Log2 of it
+    # is -inf. With two leaves the two numbers may differ.
+    i32, one = DType.int32, ((1, 1), DType.int32)
+    body = [
+        ("Squeeze", {"dims": [0, 1]}, (0,), ((), i32)),
+        ("Unsqueeze", {"dim": 0, "pos": 0}, (2,), ((1,), i32)),
+        ("ReduceMax", {"axes": [0], "keepdim": True}, (3,), ((1,), i32)),
+        ("BitwiseXor", {}, (4, 0 if one_source else 1), ((1, 1), i32)),
+        ("CastF32", {}, (5,), ((1, 1), F32)),
+        ("Log2", {}, (6,), ((1, 1), F32)),
+    ]
+    g = _net([one, one], body)
+    reason = prove_infeasible(g)
+    assert (reason is not None and reason.startswith("Log2 <- BitwiseXor(x, x)")) is proven
+
+
 def test_feasible_lookalikes_are_not_proven():
     one = ((1,), F32)
     for body in (

@@ -11,13 +11,17 @@ import torch
 from nnsmith_cov.gen.feasibility.boxes import boxes
 from nnsmith_cov.gen.feasibility.exact import exact_only
 from nnsmith_cov.gen.feasibility.facts import Infeasible, Range, constant, dtype_range, point
-from nnsmith_cov.gen.feasibility.layout import all_padding_window
+from nnsmith_cov.gen.feasibility.layout import KEEP_ALL, SUBSET, all_padding_window
 from nnsmith_cov.gen.feasibility.order import Order, keeps_even
 from nnsmith_cov.gen.feasibility.refine import DOMAINS, narrow, pull
 from nnsmith_cov.gen.feasibility.transfer import producer_chain, transfer, violation
 from nnsmith_cov.gen.feasibility.values import fold, value_set
 from nnsmith_cov.gen.graph_ir import GraphIR
 from nnsmith_cov.ops import op_by_name
+
+# Ops whose output elements are each one of their (first) input's elements, exactly (not a
+# mean or an interpolation: their rounding may move a number by an ulp).
+SAME_NUMBER = (KEEP_ALL | SUBSET | {"ReduceMax", "ReduceMin", "GlobalMaxPool"}) - {"Interpolate"}
 
 
 def analyze(graph: GraphIR) -> tuple[str | None, dict[int, Range]]:
@@ -56,6 +60,9 @@ def _pass(graph: GraphIR, hints: dict[int, Range]) -> tuple[str | None, dict[int
     # Values whose elements are all equal (one element, or made from such by ops that
     # keep that): ArgMax and ArgMin of them pick index 0 (the first of equal values).
     even = {v for v, t in enumerate(graph.types) if math.prod(t.shape) == 1}
+    # Values of `even` holding the same one number as an earlier one (a Squeeze, a TopK, a
+    # ReduceMax of it): an op reading both reads one number twice.
+    same_as: dict[int, int] = {}
     for inst in graph.insts:
         a = graph.attrs(inst)
         ins = [env[v] for v in inst.inputs]
@@ -89,9 +96,15 @@ def _pass(graph: GraphIR, hints: dict[int, Range]) -> tuple[str | None, dict[int
             elif inst.op in ("Softmax", "LogSoftmax") and inst.inputs[0] in even and a["in_types"][0].shape[a.dim] > 1:
                 outs = [_softmax_of_equal(inst.op, a)]
             else:
-                outs = boxes(inst, a, ins, transfer(inst, a, ins, [graph.types[v] for v in inst.outputs]))
+                root = [same_as.get(v, v) for v in inst.inputs]
+                twice = len(root) == 2 and root[0] == root[1] and all(v in even for v in inst.inputs)
+                out_types = [graph.types[v] for v in inst.outputs]
+                outs = boxes(inst, a, ins, transfer(inst, a, ins, out_types, twice))
             if inst.inputs and all(v in even for v in inst.inputs) and keeps_even(inst):
                 even.update(inst.outputs)
+                if inst.op in SAME_NUMBER:  # (a TopK's indices are another number)
+                    kept = inst.outputs[:1] if inst.op == "TopK" else inst.outputs
+                    same_as.update((v, same_as.get(inst.inputs[0], inst.inputs[0])) for v in kept)
             outs[:1] = [order.decide(inst, outs[0])] if outs else []
             order.track(inst, a)
             why = f"{inst.op}: what later ops need of its output leaves no value"

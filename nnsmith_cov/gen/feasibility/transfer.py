@@ -57,8 +57,9 @@ def _product_of_positives(x: Range, n: int, dt: DType) -> Range:
     return Range(math.exp(log_least) if log_least > -700 else 0.0, INF, src=x.src)
 
 
-def transfer(inst: Inst, a, ins: list[Range], out_types) -> list[Range]:
-    """Ranges of the outputs of one (valid) execution of `inst`."""
+def transfer(inst: Inst, a, ins: list[Range], out_types, twice: bool = False) -> list[Range]:
+    """Ranges of the outputs of one (valid) execution of `inst`; `twice`: its two inputs
+    hold the same values (one value read twice, or one number everywhere in both)."""
     name, spec = inst.op, op_by_name(inst.op)
     tops = [dtype_range(t.dtype) for t in out_types]
     x = ins[0] if ins else Range()
@@ -143,8 +144,8 @@ def transfer(inst: Inst, a, ins: list[Range], out_types) -> list[Range]:
             return [Range(least, 1.0, below=1.0 / n, above=(1.0 / n) * (1 - slack), src="Softmax")]
         floor = math.log(least) - 2 * slack if least > 0 else -INF
         return [Range(floor, 0.0, below=-math.log(n), above=-math.log(n) - 2 * slack, src="LogSoftmax")]
-    if len(inst.inputs) == 2 and inst.inputs[0] == inst.inputs[1]:  # an op on one value twice
-        same = {"Sub": 0.0, "Xor": 0.0, "Greater": 0.0, "Less": 0.0, "Equal": 1.0}
+    if len(inst.inputs) == 2 and (twice or inst.inputs[0] == inst.inputs[1]):  # an op on one value twice
+        same = {"Sub": 0.0, "Xor": 0.0, "BitwiseXor": 0.0, "Greater": 0.0, "Less": 0.0, "Equal": 1.0}
         if name in same:
             c = same[name]
             return [constant(c, f"{name}(x, x)")]
