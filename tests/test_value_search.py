@@ -680,6 +680,16 @@ def test_one_number_read_twice_through_layout_ops_is_known(one_source, proven):
     assert (reason is not None and reason.startswith("Log2 <- BitwiseXor(x, x)")) is proven
 
 
+@pytest.mark.parametrize("diagonal, proven", [(2, True), (0, False)])
+def test_a_tril_keeping_everything_is_its_input(diagonal, proven):
+    # Tril(x, diagonal=2) of a 3 x 3 x keeps every element: x minus it is 0, and Reciprocal
+    # of that is Inf. Tril(diagonal=0) zeroes the upper triangle: x minus it is x there.
+    m = ((3, 3), F32)
+    g = _net([m], [("Tril", {"diagonal": diagonal}, (0,), m), ("Sub", {}, (0, 1), m), ("Reciprocal", {}, (2,), m)])
+    reason = prove_infeasible(g)
+    assert (reason is not None and reason.startswith("Reciprocal <- Sub(x, x)")) is proven
+
+
 def test_feasible_lookalikes_are_not_proven():
     one = ((1,), F32)
     for body in (

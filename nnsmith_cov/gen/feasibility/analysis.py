@@ -11,7 +11,7 @@ import torch
 from nnsmith_cov.gen.feasibility.boxes import boxes
 from nnsmith_cov.gen.feasibility.exact import exact_only
 from nnsmith_cov.gen.feasibility.facts import Infeasible, Range, constant, dtype_range, point
-from nnsmith_cov.gen.feasibility.layout import KEEP_ALL, SUBSET, all_padding_window
+from nnsmith_cov.gen.feasibility.layout import KEEP_ALL, SUBSET, all_padding_window, triangle_zeros
 from nnsmith_cov.gen.feasibility.order import Order, keeps_even
 from nnsmith_cov.gen.feasibility.refine import DOMAINS, narrow, pull
 from nnsmith_cov.gen.feasibility.transfer import producer_chain, transfer, violation
@@ -60,8 +60,9 @@ def _pass(graph: GraphIR, hints: dict[int, Range]) -> tuple[str | None, dict[int
     # Values whose elements are all equal (one element, or made from such by ops that
     # keep that): ArgMax and ArgMin of them pick index 0 (the first of equal values).
     even = {v for v, t in enumerate(graph.types) if math.prod(t.shape) == 1}
-    # Values of `even` holding the same one number as an earlier one (a Squeeze, a TopK, a
-    # ReduceMax of it): an op reading both reads one number twice.
+    # Values holding the same numbers as an earlier one: an identity of it (a Tril keeping
+    # every element, a Reshape to its own shape), or, for values of `even`, any op keeping
+    # its one number (a Squeeze, a TopK, a ReduceMax). An op reading both reads one value twice.
     same_as: dict[int, int] = {}
     for inst in graph.insts:
         a = graph.attrs(inst)
@@ -97,9 +98,13 @@ def _pass(graph: GraphIR, hints: dict[int, Range]) -> tuple[str | None, dict[int
                 outs = [_softmax_of_equal(inst.op, a)]
             else:
                 root = [same_as.get(v, v) for v in inst.inputs]
-                twice = len(root) == 2 and root[0] == root[1] and all(v in even for v in inst.inputs)
+                shapes = [graph.types[v].shape for v in inst.inputs]
+                aligned = all(v in even for v in inst.inputs) or len(set(map(tuple, shapes))) == 1
+                twice = len(root) == 2 and root[0] == root[1] and aligned
                 out_types = [graph.types[v] for v in inst.outputs]
                 outs = boxes(inst, a, ins, transfer(inst, a, ins, out_types, twice))
+            if identity(inst, a):
+                same_as[inst.outputs[0]] = same_as.get(inst.inputs[0], inst.inputs[0])
             if inst.inputs and all(v in even for v in inst.inputs) and keeps_even(inst):
                 even.update(inst.outputs)
                 if inst.op in SAME_NUMBER:  # (a TopK's indices are another number)
@@ -114,6 +119,16 @@ def _pass(graph: GraphIR, hints: dict[int, Range]) -> tuple[str | None, dict[int
         env.update(zip(inst.outputs, outs))
         made.update(zip(inst.outputs, outs))
     return None, env, {v: r for v, r in env.items() if r is not made.get(v)}
+
+
+def identity(inst, a) -> bool:
+    """Whether `inst` returns its (only) input unchanged, element for element."""
+    t_in, t_out = a["in_types"][0] if a["in_types"] else None, a["out_types"][0]
+    if t_in is None or tuple(t_in.shape) != tuple(t_out.shape) or t_in.dtype is not t_out.dtype:
+        return False
+    if inst.op in ("Tril", "Triu"):
+        return len(t_in.shape) >= 2 and not triangle_zeros(inst.op, a, tuple(t_in.shape))
+    return inst.op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Expand", "Tile")
 
 
 def _softmax_of_equal(name: str, a) -> Range:
