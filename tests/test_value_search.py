@@ -18,6 +18,7 @@ from nnsmith_cov.abstract.dtype import DType
 from nnsmith_cov.abstract.op import Attrs, OpSpec
 from nnsmith_cov.abstract.tensor import TensorType
 from nnsmith_cov.gen.feasibility import analyze, prove_infeasible
+from nnsmith_cov.gen.feasibility.transfer import transfer
 from nnsmith_cov.gen.generator import GenConfig, generate
 from nnsmith_cov.gen.graph_ir import GraphIR, Inst
 from nnsmith_cov.materialize.torch_module import GraphModule, input_tensors
@@ -688,6 +689,17 @@ def test_a_tril_keeping_everything_is_its_input(diagonal, proven):
     g = _net([m], [("Tril", {"diagonal": diagonal}, (0,), m), ("Sub", {}, (0, 1), m), ("Reciprocal", {}, (2,), m)])
     reason = prove_infeasible(g)
     assert (reason is not None and reason.startswith("Reciprocal <- Sub(x, x)")) is proven
+
+
+@pytest.mark.parametrize("k, largest, proven", [(4, True, True), (2, False, True), (2, True, False)])
+def test_a_top_k_keeps_the_extreme_it_picks(k, largest, proven):
+    # TopK(LogSoftmax(x)) over 4 entries: the least entry is at most -log 4 < -1 (an Acos of
+    # it is invalid). All four, or the two least, keep it; the two largest may lie in [-1, 0].
+    v = ((4,), F32)
+    _, ranges = analyze(_net([v], [("LogSoftmax", {"dim": 0}, (0,), v)]))
+    a = Attrs({"axis": 0, "k": k, "largest": largest, "in_types": [TensorType((4,), F32)]})
+    kept, _ = transfer(Inst("TopK", {}, (1,), (2, 3)), a, [ranges[1]], [TensorType((k,), F32)] * 2)
+    assert kept.certainly_le(-1.0) is proven
 
 
 def test_feasible_lookalikes_are_not_proven():

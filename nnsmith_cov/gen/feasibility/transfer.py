@@ -87,6 +87,14 @@ def transfer(inst: Inst, a, ins: list[Range], out_types, twice: bool = False) ->
     if name in SUBSET:
         kept = Range(x.lo, x.hi, integral=x.integral, src=x.src, values=x.values)
         if name == "TopK":
+            # Each slice keeps its k largest (smallest): among them the slice's largest
+            # (smallest) element, so whatever some element reaches that way; all of it at k = n.
+            every = a.k == a["in_types"][0].shape[a.axis]
+            kept = replace(
+                kept,
+                below=x.below if every or not a.largest else INF,
+                above=x.above if every or a.largest else -INF,
+            )
             return [kept, tops[1]]
         return [kept for _ in out_types]
     if name == "Concat" or name.startswith("Concat"):
