@@ -15,6 +15,14 @@ master > 0.5) and receive gradients through the straight-through shadows of
 gradient and are only ever redrawn (on restarts, and in targeted redraws of
 the leaves that feed an op the gradient cannot move).
 
+In what order ops run (`demand_order`): Algorithm 3 stops at the first op with
+NaN/Inf in any topological order, so each vulnerable op runs as soon as its cone
+is computed (narrow domains first: Asin before Log before Reciprocal, so the
+Log2(x) that needs x < 0 is repaired before the Reciprocal(x) that the integer
+x crossing 0 would break), and ops that feed none run last: a step on an op does
+not pay for a heavy ConvTranspose beside it. Float leaves that Asin, Acos, Sqrt,
+Log or Log2 read directly are projected into those domains after every step.
+
 How a step is taken (`MaskedAdam`, `search_values`): Adam's direction, scaled
 by each value's magnitude (at least 1) and by its trust, moving only elements
 whose gradient is non-zero now. A step that made its target worse or broke an
