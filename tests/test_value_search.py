@@ -1391,6 +1391,15 @@ def test_demand_order_is_topological():
             made |= set(g.insts[k].outputs)
 
 
+def _assert_exact_only(g: GraphIR, where: str, exact: bool) -> None:
+    """`g` is dropped as valid only where `where` (e.g. "input v0 is exactly 0") when
+    `exact`; otherwise it is not, and the search finds values for it."""
+    reason = prove_infeasible(g)
+    assert (reason is not None and f"valid only where {where}" in reason) == exact
+    if not exact:
+        assert search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=80).ok
+
+
 @pytest.mark.parametrize("whole, exact", [(False, True), (True, False)])
 def test_a_pow_of_a_base_at_most_zero_needs_it_exactly_zero(whole, exact):
     # Pow(-Sqrt(x), y): a base <= 0 takes only a whole exponent, or else must be 0, so x = 0
@@ -1398,11 +1407,7 @@ def test_a_pow_of_a_base_at_most_zero_needs_it_exactly_zero(whole, exact):
     v, i32 = ((8,), F32), ((8,), DType.int32)
     y = [("CastF32", {}, (1,), v)] if whole else [("Tanh", {}, (1,), v)]
     body = [*y, ("Sqrt", {}, (0,), v), ("Neg", {}, (3,), v), ("Pow", {}, (4, 2), v)]
-    g = _net([v, i32 if whole else v], body)
-    reason = prove_infeasible(g)
-    assert (reason is not None and "valid only where input v0 is exactly 0" in reason) == exact
-    if not exact:
-        assert search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=80).ok
+    _assert_exact_only(_net([v, i32 if whole else v], body), "input v0 is exactly 0", exact)
 
 
 @pytest.mark.parametrize("neg, exact", [(True, True), (False, False)])
@@ -1413,11 +1418,7 @@ def test_a_min_with_an_input_never_above_the_value_passes_it_on(neg, exact):
     mag = [("Abs", {}, (1,), v), ("Neg", {}, (3,), v)] if neg else [("Abs", {}, (1,), v)]
     body = [*mag, ("Min", {}, (0, 2 + len(mag)), v), ("Tanh", {}, (2,), v)]
     body.append(("Pow", {}, (3 + len(mag), 4 + len(mag)), v))
-    g = _net([v, v, v], body)
-    reason = prove_infeasible(g)
-    assert (reason is not None and "valid only where input v1 is exactly 0" in reason) == exact
-    if not exact:
-        assert search_values(g, 0, "gradient", budget_ms=60_000, init=INIT, max_iters=80).ok
+    _assert_exact_only(_net([v, v, v], body), "input v1 is exactly 0", exact)
 
 
 @pytest.mark.parametrize("neg, exact", [(True, True), (False, False)])
@@ -1429,7 +1430,4 @@ def test_a_slice_keeps_an_exact_value_isolated(neg, exact):
     cut = {"start0": 0, "end0": 4, "axes": [0], "start_from": ["front"], "end_from": ["front"], "steps": [1]}
     body = [("Slice", cut, (0,), half), ("Acos", {}, (1,), half)]
     body += [("Neg", {}, (2,), half), ("Sqrt", {}, (3,), half)] if neg else [("Sqrt", {}, (2,), half)]
-    reason = prove_infeasible(_net([v], body))
-    assert (reason is not None and "valid only where input v0 is exactly 1" in reason) == exact
-    if not exact:
-        assert search_values(_net([v], body), 0, "gradient", budget_ms=60_000, init=INIT, max_iters=80).ok
+    _assert_exact_only(_net([v], body), "input v0 is exactly 1", exact)

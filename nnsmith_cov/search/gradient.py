@@ -46,6 +46,7 @@ import torch
 from nnsmith_cov.abstract import numeric as num
 from nnsmith_cov.abstract.dtype import DType
 from nnsmith_cov.gen.feasibility.layout import KEEP_ALL
+from nnsmith_cov.gen.feasibility.refine import DOMAINS
 from nnsmith_cov.gen.graph_ir import GraphIR
 from nnsmith_cov.search.relaxed import Runner, Shadows
 from nnsmith_cov.search.sampling import DRAWS, sample_tensor
@@ -61,11 +62,14 @@ MAX_PARTIAL = 3  # redraws of a stalled loss's elements that did not shrink, bef
 JITTER = 0.5  # relative spread of the step lengths of one step's elements
 TRUST_GAIN = 1.5  # trust regained by an element whose step was kept
 MIN_TRUST = 1 / 1024  # below this an element's step is not worth taking
-# Interval domains of vulnerable ops, as kept on the float leaves they read (`_leaf_boxes`);
-# Log's is cut at a small positive value, where its result stays moderate.
+# Interval domains (the analysis' `DOMAINS`) kept on the float leaves these ops read
+# (`_leaf_boxes`); an open lower bound (Log's 0) moves up by OPEN_FLOOR, where results stay moderate.
+OPEN_FLOOR = 1e-3
 LEAF_DOMAINS = {
-    "Asin": (-1.0, 1.0), "Acos": (-1.0, 1.0), "Sqrt": (0.0, math.inf), "Log": (1e-3, math.inf), "Log2": (1e-3, math.inf)
-}  # fmt: skip
+    op: (lo + OPEN_FLOOR if lo_open else lo, hi)
+    for op in ("Asin", "Acos", "Sqrt", "Log", "Log2")
+    for lo, hi, lo_open, *_ in DOMAINS[op][:1]
+}
 # Vulnerable ops by how narrow their domains are (`_Search.order`): the others come after.
 NARROW_FIRST = {"Asin": 0, "Acos": 0, "Log": 1, "Log2": 1, "Sqrt": 2, "Pow": 3, "Reciprocal": 4, "Div": 4}
 MAX_BOOST = 256.0  # the most a plateau lengthens steps

@@ -60,6 +60,13 @@ def _magnitude(lo: torch.Tensor, hi: torch.Tensor) -> Box:
     return torch.where(lo >= 0, lo, torch.where(hi <= 0, -hi, torch.zeros_like(lo))), torch.maximum(lo.abs(), hi.abs())
 
 
+def _exact_dtype(t) -> torch.dtype:
+    """The dtype ops that only move elements run in on t's bounds, exactly and fast:
+    float16's slow CPU kernels (Tril takes milliseconds) in float32, integers in float64
+    (exact below 2**53)."""
+    return torch.float32 if t.dtype is DType.float16 else (t.dtype.torch if t.dtype.is_float else torch.float64)
+
+
 def _scatter_box(a, x: Range) -> Box | None:
     """A scatter writes only where the coordinates off its axis lie within the index's
     shape: elsewhere x's bounds hold. A ScatterValue widens them where it writes to take its
@@ -67,7 +74,7 @@ def _scatter_box(a, x: Range) -> Box | None:
     t, index = a["in_types"][:2]
     if t.dtype is DType.bool:
         return None
-    dt = torch.float32 if t.dtype is DType.float16 else (t.dtype.torch if t.dtype.is_float else torch.float64)
+    dt = _exact_dtype(t)
     lo, hi = (b.to(dt).clone() for b in (_whole(t, x, dt) if x.box is None else x.box))
     reach = tuple(slice(None) if d == a.axis else slice(0, n) for d, n in enumerate(index.shape))
     if "value" in a:
@@ -93,12 +100,7 @@ def _box_of(inst: Inst, a, ins: list[Range]) -> list[Box] | None:
         return None
     boxes = []
     for t, r in zip(types, ins):
-        # Moves are exact in any dtype: float16's slow CPU kernels (Tril takes
-        # milliseconds) run in float32, integers in float64 (exact below 2**53).
-        if name in _MOVES:
-            dt = torch.float32 if t.dtype is DType.float16 else (t.dtype.torch if t.dtype.is_float else torch.float64)
-        else:
-            dt = t.dtype.torch
+        dt = _exact_dtype(t) if name in _MOVES else t.dtype.torch  # moves are exact in any dtype
         boxes.append(_whole(t, r, dt) if r.box is None else (r.box[0].to(dt), r.box[1].to(dt)))
     fwd = op_by_name(name).forward
     dom = UNARY.get(name, (None, None, None))[2]
