@@ -573,6 +573,65 @@ def test_a_scatter_keeps_the_zeros_it_cannot_reach(rows, proven):
         assert (lo <= out).all() and (out <= hi).all()
 
 
+@pytest.mark.parametrize("rows, proven", [(1, True), (2, False)])
+def test_a_scatter_along_an_axis_of_one_writes_every_element_it_reaches(rows, proven):
+    # Scatter positions wrap into the axis: along an axis of size 1 every index is 0, so a
+    # ScatterValue of 0 whose index spans both columns zeroes x for certain. A padding of
+    # ones keeps those zeros in place through the cast and the CumSum, and the Reciprocal
+    # sees them in every execution. Along an axis of 2 the index may leave a row alone.
+    i8, f16 = DType.int8, DType.float16
+    g = _net(
+        [((rows, 2), i8), ((3, 2), DType.int64)],
+        [
+            ("ScatterValue", {"axis": 0, "value": 0.0}, (0, 1), ((rows, 2), i8)),
+            ("PadConstant", {"k": 1, "l0": 1, "r0": 1, "value": 1}, (2,), ((rows, 4), i8)),
+            ("CastF16", {}, (3,), ((rows, 4), f16)),
+            ("CumSum", {"axis": 0}, (4,), ((rows, 4), f16)),
+            ("Reciprocal", {}, (5,), ((rows, 4), f16)),
+        ],
+        weights=(1,),
+    )
+    reason = prove_infeasible(g)
+    assert (reason is not None and reason.startswith("Reciprocal <- ScatterValue")) is proven
+
+
+def test_a_scatter_writes_its_value_as_the_dtype_holds_it():
+    # -1 written into uint8 is 255 (integer conversion wraps): Log of it is valid.
+    u8 = DType.uint8
+    g = _net(
+        [((1, 2), u8), ((1, 2), DType.int64)],
+        [
+            ("ScatterValue", {"axis": 0, "value": -1.0}, (0, 1), ((1, 2), u8)),
+            ("CastF32", {}, (2,), ((1, 2), F32)),
+            ("Log", {}, (3,), ((1, 2), F32)),
+        ],
+        weights=(1,),
+    )
+    reason, ranges = analyze(g)
+    assert reason is None and ranges[2].values == {255.0}
+    values = {0: np.array([[3, 4]], dtype=np.uint8), 1: np.array([[0, 0]])}
+    with torch.no_grad():
+        out = GraphModule(g, op_by_name, values).run(*input_tensors(g, values))[2]
+    assert out.tolist() == [[255, 255]]
+
+
+def test_a_prelu_box_has_its_output_shape():
+    # PReLU's slope goes by channel (dim 1), not by NumPy broadcasting: with x of [1, 4, 1]
+    # and a slope of [4] known >= 0 (Sqrt reads it), the bounds must stay [1, 4, 1].
+    x, w = ((1, 4, 1), F32), ((4,), F32)
+    g = _net(
+        [x, w],
+        [
+            ("Sqrt", {}, (1,), w),
+            ("Tril", {"diagonal": -1}, (0,), x),
+            ("PReLU", {}, (3, 1), x),
+            ("Relu", {}, (4,), x),
+        ],
+    )
+    ranges = analyze(g)[1]
+    assert ranges[4].box is not None and tuple(ranges[4].box[0].shape) == (1, 4, 1)
+
+
 def test_triangle_zeros_before_a_divisor_are_proven():
     m = ((3, 3), F32)
     g = _net([m], [("Tril", {"diagonal": 0}, (0,), m), ("Reciprocal", {}, (1,), m)])

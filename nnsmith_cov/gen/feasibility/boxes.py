@@ -67,6 +67,13 @@ def _exact_dtype(t) -> torch.dtype:
     return torch.float32 if t.dtype is DType.float16 else (t.dtype.torch if t.dtype.is_float else torch.float64)
 
 
+def _writes_for_certain(a) -> bool:
+    """Whether a scatter writes every element it reaches in every execution: positions
+    wrap into the axis (`positions`), so along an axis of size 1 every index is 0."""
+    t, index = a["in_types"][:2]
+    return t.shape[a.axis] == 1 and index.shape[a.axis] > 0
+
+
 def _scatter_box(a, x: Range) -> Box | None:
     """A scatter writes only where the coordinates off its axis lie within the index's
     shape: elsewhere x's bounds hold. A ScatterValue widens them where it writes to take its
@@ -78,11 +85,22 @@ def _scatter_box(a, x: Range) -> Box | None:
     lo, hi = (b.to(dt).clone() for b in (_whole(t, x, dt) if x.box is None else x.box))
     reach = tuple(slice(None) if d == a.axis else slice(0, n) for d, n in enumerate(index.shape))
     if "value" in a:
-        value = a.value if t.dtype.is_float else float(int(a.value))
-        lo[reach], hi[reach] = lo[reach].clamp(max=value), hi[reach].clamp(min=value)
+        # As the op writes it: an integer in the tensor's dtype (-1 into uint8 is 255).
+        value = a.value if t.dtype.is_float else float(torch.tensor(int(a.value)).to(t.dtype.torch))
+        if _writes_for_certain(a):
+            lo[reach], hi[reach] = value, value
+        else:
+            lo[reach], hi[reach] = lo[reach].clamp(max=value), hi[reach].clamp(min=value)
     else:
         lo[reach], hi[reach] = -math.inf, math.inf
     return lo, hi
+
+
+def _monotone_cast(name: str, a) -> bool:
+    """A cast into a float from a number: it keeps the order of values. (Integer to integer
+    wraps; a float out of an integer's range has no defined integer.)"""
+    src, dst = a["in_types"][0].dtype, a["out_types"][0].dtype
+    return name.startswith("Cast") and src is not DType.bool and dst.is_float
 
 
 def _box_of(inst: Inst, a, ins: list[Range]) -> list[Box] | None:
@@ -95,18 +113,20 @@ def _box_of(inst: Inst, a, ins: list[Range]) -> list[Box] | None:
         return None
     types = a["in_types"]
     if not all(t.dtype.is_float for t in types) and not (
-        name in _MOVES and all(t.dtype is not DType.bool for t in types)
+        (name in _MOVES or _monotone_cast(name, a)) and all(t.dtype is not DType.bool for t in types)
     ):
         return None
     boxes = []
     for t, r in zip(types, ins):
-        dt = _exact_dtype(t) if name in _MOVES else t.dtype.torch  # moves are exact in any dtype
+        # Moves are exact in any dtype; a cast takes integer bounds as the float64 they are
+        # stored in (int64's 2**63 has no int64).
+        dt = _exact_dtype(t) if name in _MOVES or _monotone_cast(name, a) else t.dtype.torch
         boxes.append(_whole(t, r, dt) if r.box is None else (r.box[0].to(dt), r.box[1].to(dt)))
     fwd = op_by_name(name).forward
     dom = UNARY.get(name, (None, None, None))[2]
     try:
         with torch.no_grad():
-            if name in _MONOTONE or rising(name, a):
+            if name in _MONOTONE or rising(name, a) or _monotone_cast(name, a):
                 if dom is not None:  # valid executions keep the input in the domain
                     boxes = [(lo.clamp(dom[0], dom[1]), hi.clamp(dom[0], dom[1])) for lo, hi in boxes]
                 los, his = fwd(a, *(lo for lo, _ in boxes)), fwd(a, *(hi for _, hi in boxes))
@@ -145,7 +165,9 @@ def _box_of(inst: Inst, a, ins: list[Range]) -> list[Box] | None:
                 if any(bool(c.isnan().any()) for c in corners):  # 0 * inf: no bound there ...
                     nan = torch.stack(torch.broadcast_tensors(*[c.isnan() for c in corners])).any(0)
                     # ... unless a factor is 0 in every execution: valid ones have finite values.
-                    zero = (x_lo == 0) & (x_hi == 0) | (w_lo == 0) & (w_hi == 0)
+                    zero = (x_lo == 0) & (x_hi == 0)
+                    if name == "Mul":  # (PReLU's slope goes by channel: it does not broadcast)
+                        zero = zero | (w_lo == 0) & (w_hi == 0)
                     los, his = los.masked_fill(nan, -math.inf), his.masked_fill(nan, math.inf)
                     los, his = los.masked_fill(zero, 0), his.masked_fill(zero, 0)
                 if name == "PReLU":
@@ -169,7 +191,8 @@ def boxes(inst: Inst, a, ins: list[Range], outs: list[Range]) -> list[Range]:
     # A Concat of a known part (a zeroed triangle, folded away to its value) and others
     # starts a box too.
     concat_known = inst.op.startswith("Concat") and any(point(r) for r in ins) and not all(point(r) for r in ins)
-    if not (inst.op in _BOX_SOURCES or concat_known or any(r.box is not None for r in ins)):
+    written = inst.op == "ScatterValue" and _writes_for_certain(a)
+    if not (inst.op in _BOX_SOURCES or concat_known or written or any(r.box is not None for r in ins)):
         return outs
     got = _box_of(inst, a, ins)
     if got is None:
@@ -177,6 +200,9 @@ def boxes(inst: Inst, a, ins: list[Range], outs: list[Range]) -> list[Range]:
     src = next((x.src for x in ins if x.src), "") or inst.op
     boxed = []
     for r, (lo, hi), t in zip(outs, got, a["out_types"]):
+        if tuple(lo.shape) != tuple(t.shape) or tuple(hi.shape) != tuple(t.shape):
+            boxed.append(r)  # bounds broadcast past the value: they say nothing of its elements
+            continue
         # The value's range bounds every element too.
         if r.lo > -math.inf or r.hi < math.inf:  # (in float64: a bound beyond float16's range)
             lo, hi = lo.double().clamp(min=r.lo).to(lo.dtype), hi.double().clamp(max=r.hi).to(hi.dtype)
@@ -185,9 +211,18 @@ def boxes(inst: Inst, a, ins: list[Range], outs: list[Range]) -> list[Range]:
         hi_min, hi_max = (float(c) for c in torch.aminmax(hi))
         if lo_max == math.inf or hi_min == -math.inf:
             raise Infeasible(f"{inst.op} <- {src}: Inf in every execution")
-        if bool(known.all()):  # every element known: the values there are
+        if t.dtype.is_float or t.dtype is DType.bool:
+            store = (lo, hi)
+        else:  # bounds of integers are whole numbers: kept in float64
+            store = (lo.double(), hi.double())
+        if bool(known.all()):  # every element known: the values there are, and where each is
             taken = torch.unique(lo.double())
-            boxed.append(of_values([float(c) for c in taken], r.src or src) if len(taken) <= MAX_VALUES else r)
+            if len(taken) > MAX_VALUES:
+                boxed.append(r)
+                continue
+            found = [float(c) for c in taken]  # each taken by some element
+            known_values = of_values(found, r.src or src, frozenset(found))
+            boxed.append(replace(known_values, box=store) if len(taken) > 1 else known_values)
             continue
         if lo_min == lo_max and hi_min == hi_max and lo_min < hi_min:  # the same bounds everywhere: no box
             boxed.append(replace(r, lo=max(r.lo, lo_min), hi=min(r.hi, hi_max)))
@@ -196,10 +231,6 @@ def boxes(inst: Inst, a, ins: list[Range], outs: list[Range]) -> list[Range]:
         if bool(known.any()):
             k_lo, k_hi = (float(c) for c in torch.aminmax(lo[known]))
             forced = forced | {k_lo, k_hi}
-        if t.dtype.is_float or t.dtype is DType.bool:
-            store = (lo, hi)
-        else:  # bounds of integers are whole numbers: kept in float64
-            store = (lo.double(), hi.double())
         boxed.append(
             replace(
                 r,

@@ -137,5 +137,8 @@ def fold(inst: Inst, a, ins: list[Range]) -> list[Range] | str | None:
         forced = frozenset(float(c) for c in values[:MAX_FORCED])
         integral = bool((v == torch.round(v)).all())
         exact = frozenset(float(c) for c in values) if len(values) <= MAX_VALUES else None
-        ranges.append(Range(lo, hi, forced, integral=integral, src=src, values=exact))
+        # Where each value lies is known too: later ops follow it element by element (a
+        # padding of ones around zeros stays zero where it was under a CumSum).
+        known = t.detach() if t.is_floating_point() or t.dtype is torch.bool else t.detach().double()
+        ranges.append(Range(lo, hi, forced, integral=integral, src=src, values=exact, box=(known, known)))
     return ranges
