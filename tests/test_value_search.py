@@ -595,6 +595,24 @@ def test_a_scatter_along_an_axis_of_one_writes_every_element_it_reaches(rows, pr
     assert (reason is not None and reason.startswith("Reciprocal <- ScatterValue")) is proven
 
 
+@pytest.mark.parametrize("pad, proven", [(0, True), (1, False)])
+def test_a_bitwise_and_keeps_the_zeros_of_either_side(pad, proven):
+    # 0 & y is 0: the padded element stays 0 whatever y holds, and the Reciprocal sees it.
+    # A padding of 1 leaves y's bits there (y may be odd).
+    i32 = DType.int32
+    g = _net(
+        [((3,), i32), ((4,), i32)],
+        [
+            ("PadConstant", {"k": 1, "l0": 1, "r0": 0, "value": pad}, (0,), ((4,), i32)),
+            ("BitwiseAnd", {}, (2, 1), ((4,), i32)),
+            ("CastF32", {}, (3,), ((4,), F32)),
+            ("Reciprocal", {}, (4,), ((4,), F32)),
+        ],
+    )
+    reason = prove_infeasible(g)
+    assert (reason is not None and "PadConstant" in reason) is proven
+
+
 def test_a_scatter_writes_its_value_as_the_dtype_holds_it():
     # -1 written into uint8 is 255 (integer conversion wraps): Log of it is valid.
     u8 = DType.uint8

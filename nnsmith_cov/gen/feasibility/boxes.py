@@ -112,15 +112,14 @@ def _box_of(inst: Inst, a, ins: list[Range]) -> list[Box] | None:
     if name == "Interpolate" and a.mode == "bicubic":
         return None
     types = a["in_types"]
-    if not all(t.dtype.is_float for t in types) and not (
-        (name in _MOVES or _monotone_cast(name, a)) and all(t.dtype is not DType.bool for t in types)
-    ):
+    exact = name in _MOVES or name == "BitwiseAnd" or _monotone_cast(name, a)
+    if not all(t.dtype.is_float for t in types) and not (exact and all(t.dtype is not DType.bool for t in types)):
         return None
     boxes = []
     for t, r in zip(types, ins):
         # Moves are exact in any dtype; a cast takes integer bounds as the float64 they are
         # stored in (int64's 2**63 has no int64).
-        dt = _exact_dtype(t) if name in _MOVES or _monotone_cast(name, a) else t.dtype.torch
+        dt = _exact_dtype(t) if exact else t.dtype.torch
         boxes.append(_whole(t, r, dt) if r.box is None else (r.box[0].to(dt), r.box[1].to(dt)))
     fwd = op_by_name(name).forward
     dom = UNARY.get(name, (None, None, None))[2]
@@ -148,6 +147,11 @@ def _box_of(inst: Inst, a, ins: list[Range]) -> list[Box] | None:
                 y, known = fwd(a, lo), lo == hi
                 los = torch.where(known, y, torch.full_like(y, -math.inf))
                 his = torch.where(known, y, torch.full_like(y, math.inf))
+            elif name == "BitwiseAnd":  # 0 & y is 0; elsewhere nothing beyond the value's range
+                (x_lo, x_hi), (y_lo, y_hi) = boxes
+                zero = (x_lo == 0) & (x_hi == 0) | (y_lo == 0) & (y_hi == 0)
+                los = torch.full(zero.shape, -math.inf, dtype=torch.float64).masked_fill(zero, 0)
+                his = torch.full(zero.shape, math.inf, dtype=torch.float64).masked_fill(zero, 0)
             elif name == "Sub":
                 (p_lo, p_hi), (q_lo, q_hi) = boxes
                 los, his = fwd(a, p_lo, q_hi), fwd(a, p_hi, q_lo)
