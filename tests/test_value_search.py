@@ -613,6 +613,27 @@ def test_a_bitwise_and_keeps_the_zeros_of_either_side(pad, proven):
     assert (reason is not None and "PadConstant" in reason) is proven
 
 
+@pytest.mark.parametrize("pad, proven", [(0, True), (2, False)])
+def test_boolean_paddings_are_followed_element_by_element(pad, proven):
+    # The padded column of a boolean is False in every row: so is its ReduceMax over the
+    # rows, and the Reciprocal of its cast sees a 0. A padding value of 2 reads as True.
+    b = DType.bool
+    g = _net(
+        [((3, 4), b)],
+        [
+            ("PadConstant", {"k": 1, "l0": 0, "r0": 2, "value": pad}, (0,), ((3, 6), b)),
+            ("ReduceMax", {"axes": [0], "keepdim": False}, (1,), ((6,), b)),
+            ("CastF32", {}, (2,), ((6,), F32)),
+            ("Reciprocal", {}, (3,), ((6,), F32)),
+        ],
+    )
+    reason, ranges = analyze(g)
+    assert (reason is not None and "PadConstant" in reason) is proven
+    if not proven:  # the padding reads as True (1), not as its 2
+        lo, hi = ranges[1].box
+        assert hi.max() == 1 and (lo[:, 4:] == 1).all() and (lo[:, :4] == 0).all()
+
+
 def test_a_scatter_writes_its_value_as_the_dtype_holds_it():
     # -1 written into uint8 is 255 (integer conversion wraps): Log of it is valid.
     u8 = DType.uint8

@@ -97,10 +97,9 @@ def _scatter_box(a, x: Range) -> Box | None:
 
 
 def _monotone_cast(name: str, a) -> bool:
-    """A cast into a float from a number: it keeps the order of values. (Integer to integer
-    wraps; a float out of an integer's range has no defined integer.)"""
-    src, dst = a["in_types"][0].dtype, a["out_types"][0].dtype
-    return name.startswith("Cast") and src is not DType.bool and dst.is_float
+    """A cast into a float: it keeps the order of values (False < True). (Integer to
+    integer wraps; a float out of an integer's range has no defined integer.)"""
+    return name.startswith("Cast") and a["out_types"][0].dtype.is_float
 
 
 def _box_of(inst: Inst, a, ins: list[Range]) -> list[Box] | None:
@@ -112,8 +111,13 @@ def _box_of(inst: Inst, a, ins: list[Range]) -> list[Box] | None:
     if name == "Interpolate" and a.mode == "bicubic":
         return None
     types = a["in_types"]
-    exact = name in _MOVES or name == "BitwiseAnd" or _monotone_cast(name, a)
-    if not all(t.dtype.is_float for t in types) and not (exact and all(t.dtype is not DType.bool for t in types)):
+    cast = _monotone_cast(name, a)
+    exact = name in _MOVES or name == "BitwiseAnd" or cast
+    # Booleans ride as 0 and 1 through moves (the outputs are read back as booleans below)
+    # and through casts into floats.
+    bools = name in _MOVES and all(t.dtype is DType.bool for t in (*types, *a["out_types"]))
+    numbers = all(t.dtype is not DType.bool for t in types)
+    if not all(t.dtype.is_float for t in types) and not (exact and (numbers or bools or cast)):
         return None
     boxes = []
     for t, r in zip(types, ins):
@@ -182,7 +186,13 @@ def _box_of(inst: Inst, a, ins: list[Range]) -> list[Box] | None:
         return None
     los = list(los) if isinstance(los, tuple | list) else [los]
     his = list(his) if isinstance(his, tuple | list) else [his]
-    return [_clean(lo, hi) for lo, hi in zip(los, his)]
+    out = []
+    for lo, hi, t in zip(los, his, a["out_types"]):
+        lo, hi = _clean(lo, hi)
+        if t.dtype is DType.bool:  # any number but 0 reads as True (a padding value of 2)
+            lo, hi = ((lo > 0) | (hi < 0)).double(), ((lo != 0) | (hi != 0)).double()
+        out.append((lo, hi))
+    return out
 
 
 def boxes(inst: Inst, a, ins: list[Range], outs: list[Range]) -> list[Range]:
