@@ -129,7 +129,7 @@ def _box_of(inst: Inst, a, ins: list[Range]) -> list[Box] | None:
     dom = UNARY.get(name, (None, None, None))[2]
     try:
         with torch.no_grad():
-            if name in _MONOTONE or rising(name, a) or _monotone_cast(name, a):
+            if name in _MONOTONE or rising(name, a) or cast:
                 if dom is not None:  # valid executions keep the input in the domain
                     boxes = [(lo.clamp(dom[0], dom[1]), hi.clamp(dom[0], dom[1])) for lo, hi in boxes]
                 los, his = fwd(a, *(lo for lo, _ in boxes)), fwd(a, *(hi for _, hi in boxes))
