@@ -634,6 +634,28 @@ def test_boolean_paddings_are_followed_element_by_element(pad, proven):
         assert hi.max() == 1 and (lo[:, 4:] == 1).all() and (lo[:, :4] == 0).all()
 
 
+@pytest.mark.parametrize(
+    "op, cols, proven", [("GatherElements", 1, True), ("IndexSelect", 1, True), ("GatherElements", 2, False)]
+)
+def test_a_pick_along_an_axis_of_one_is_a_broadcast(op, cols, proven):
+    # Rows 0 and 1 of x are zeroed by the scatter (an axis of one: written for certain). A
+    # pick along that axis can only read element 0 of each row, so the Log sees those zeros;
+    # with two columns it may read the other one.
+    f64, i64 = DType.float64, DType.int64
+    index = ((3, 5), i64) if op == "GatherElements" else ((5,), i64)
+    g = _net(
+        [((4, cols), f64), ((2, 1), i64), index],
+        [
+            ("ScatterValue", {"axis": 1, "value": 0.0}, (0, 1), ((4, cols), f64)),
+            (op, {"axis": 1}, (3, 2), ((3 if op == "GatherElements" else 4, 5), f64)),
+            ("Log", {}, (4,), ((3 if op == "GatherElements" else 4, 5), f64)),
+        ],
+        weights=(1, 2),
+    )
+    reason = prove_infeasible(g)
+    assert (reason is not None and reason.startswith("Log <- ScatterValue")) is proven
+
+
 def test_a_scatter_writes_its_value_as_the_dtype_holds_it():
     # -1 written into uint8 is 255 (integer conversion wraps): Log of it is valid.
     u8 = DType.uint8

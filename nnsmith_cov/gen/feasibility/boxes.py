@@ -96,6 +96,21 @@ def _scatter_box(a, x: Range) -> Box | None:
     return lo, hi
 
 
+def _pick_box(name: str, a, x: Range) -> Box | None:
+    """A GatherElements or IndexSelect along an axis of size 1: positions wrap into the
+    axis, so every pick is its one element, a broadcast of x (off the axis a
+    GatherElements reads the index's extent of x). None along a longer axis."""
+    t, out = a["in_types"][0], tuple(a["out_types"][0].shape)
+    if t.shape[a.axis] != 1:
+        return None
+    dt = _exact_dtype(t)
+    lo, hi = _whole(t, x, dt) if x.box is None else (x.box[0].to(dt), x.box[1].to(dt))
+    if name == "GatherElements":
+        keep = tuple(slice(None) if d == a.axis else slice(0, n) for d, n in enumerate(out))
+        lo, hi = lo[keep], hi[keep]
+    return lo.expand(out), hi.expand(out)
+
+
 def _monotone_cast(name: str, a) -> bool:
     """A cast into a float: it keeps the order of values (False < True). (Integer to
     integer wraps; a float out of an integer's range has no defined integer.)"""
@@ -107,6 +122,9 @@ def _box_of(inst: Inst, a, ins: list[Range]) -> list[Box] | None:
     name = inst.op
     if name in _SCATTERS:
         box = _scatter_box(a, ins[0])
+        return None if box is None else [box]
+    if name in ("GatherElements", "IndexSelect"):
+        box = _pick_box(name, a, ins[0])
         return None if box is None else [box]
     if name == "Interpolate" and a.mode == "bicubic":
         return None
