@@ -328,6 +328,7 @@ def test_argmax_path_gets_a_proxy_derivative():
         (num.rising(torch.exp), [-800.0, -900.0]),
         (num.rising(torch.sigmoid), [-800.0, -900.0]),
         (num.rising(torch.nn.functional.gelu), [-2.0, -3.0]),  # Gelu's dip: true slope < 0
+        (num.rising(torch.nn.functional.softplus), [-800.0, -900.0]),
     ],
 )
 def test_saturation_proxies_point_up_where_the_true_slope_does_not(fn, x):
@@ -336,6 +337,36 @@ def test_saturation_proxies_point_up_where_the_true_slope_does_not(fn, x):
     assert torch.equal(out.detach(), fn(torch.tensor(x, dtype=torch.float64)))  # same values
     out[1].backward()
     assert t.grad[1] > 0
+
+
+def test_an_underflowed_softplus_leads_its_log_back():
+    # Softplus(-800) underflows to 0 in float64, and so does its true slope sigmoid(-800):
+    # Log of it is -inf with no gradient. The runner's proxy (slope ALPHA there) points up.
+    v = ((3,), DType.float64)
+    g = _net([v], [("Softplus", {}, (0,), v), ("Log", {}, (1,), v)])
+    x = np.full(3, -800.0)
+    assert (_leaf_grads(g, {0: x}, True, lambda env: num.lt0(-env[1]))[0] < 0).all()
+    assert not _leaf_grads(g, {0: x}, False, lambda env: num.lt0(-env[1]))[0].any()
+
+
+@pytest.mark.parametrize(
+    "op, attrs, x",
+    [
+        ("Shrink", {"lambd": 0.5, "soft": False}, [0.2, 0.9]),  # flat at 0 within [-0.5, 0.5]
+        ("Shrink", {"lambd": 0.5, "soft": True}, [-0.3, -0.9]),
+        ("Celu", {"alpha": 1.0}, [-800.0, 2.0]),  # exp(-800) underflows: a true slope of 0
+    ],
+)
+def test_flat_regions_of_shrink_and_celu_get_a_proxy_derivative(op, attrs, x):
+    a = Attrs({**attrs, "in_types": [TensorType((2,), DType.float64)]})
+    spec = op_by_name(op)
+    t, plain = (torch.tensor(x, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    out = spec.forward_proxy(a, t)
+    assert torch.equal(out.detach(), spec.forward(a, torch.tensor(x, dtype=torch.float64)))
+    out.sum().backward()
+    spec.forward(a, plain).sum().backward()
+    assert plain.grad[0] == 0 and float(t.grad[0]) == pytest.approx(num.ALPHA)
+    assert t.grad[1] == plain.grad[1] > 0  # the true slope where there is one
 
 
 @pytest.mark.parametrize("op", ["FakeQuantize", "FakeQuantizePerChannel"])

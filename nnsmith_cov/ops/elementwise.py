@@ -179,6 +179,10 @@ class Celu(Elementwise):
     def forward(a: Attrs, x: torch.Tensor) -> torch.Tensor:
         return F.celu(x, a.alpha)
 
+    @staticmethod
+    def forward_proxy(a: Attrs, x: torch.Tensor) -> torch.Tensor:
+        return num.rising(lambda t: F.celu(t, a.alpha))(x)  # its slope underflows far below 0
+
 
 class ThresholdedRelu(Elementwise):
     """x where x > alpha, else 0 (F.threshold); exported as ONNX ThresholdedRelu, since the
@@ -216,6 +220,12 @@ class Shrink(Elementwise):
         fn = F.softshrink if a.soft else F.hardshrink
         attrs = {"lambd_f": a.lambd, "bias_f": a.lambd if a.soft else 0.0}
         return as_node(lambda t: fn(t, a.lambd), "Shrink", [x], attrs=attrs)
+
+    @staticmethod
+    def forward_proxy(a: Attrs, x: torch.Tensor) -> torch.Tensor:
+        # Slope ALPHA within [-lambd, lambd], where both shrinks are flat at 0.
+        fn = F.softshrink if a.soft else F.hardshrink
+        return num.proxy(lambda t: fn(t, a.lambd), lambda t: torch.where(t.abs() > a.lambd, 1.0, num.ALPHA))(x)
 
 
 class IsNaN(Elementwise):

@@ -25,7 +25,7 @@ gradient is a proxy, made with `numeric.attach` (a straight-through estimator):
 
 Float ops whose true derivative vanishes on part of their input and whose
 specs have no proxy of their own also get one here (`FLOAT_PROXIES`): Exp,
-Sigmoid, Tanh, Erf, Elu, Selu and Gelu take slope ALPHA where their derivative
+Sigmoid, Tanh, Erf, Elu, Selu, Gelu and Softplus take slope ALPHA where their derivative
 is not positive (saturated to 0, or Gelu's dip); Softmax entries that
 underflowed to 0 follow ALPHA times the gradient of log-softmax; ReduceMax,
 ReduceMin, Max and Min pass ALPHA to the elements that are not the extreme; a
@@ -78,6 +78,7 @@ _RISING = {
         "Elu": F.elu,
         "Selu": F.selu,
         "Gelu": F.gelu,
+        "Softplus": F.softplus,
     }.items()
 }
 
