@@ -339,6 +339,16 @@ def test_saturation_proxies_point_up_where_the_true_slope_does_not(fn, x):
     assert t.grad[1] > 0
 
 
+def test_abs_leaves_an_exact_zero():
+    # Log(Abs(x)) at x = 0 (a cast integer, a padding): autograd's slope of Abs at 0 is 0,
+    # the proxy's is 1.
+    v = ((3,), F32)
+    g = _net([v], [("Abs", {}, (0,), v), ("Log", {}, (1,), v)])
+    x = np.zeros(3, dtype=np.float32)
+    assert (_leaf_grads(g, {0: x}, True, lambda env: num.lt0(-env[1]))[0] < 0).all()
+    assert not _leaf_grads(g, {0: x}, False, lambda env: num.lt0(-env[1]))[0].any()
+
+
 def test_an_underflowed_softplus_leads_its_log_back():
     # Softplus(-800) underflows to 0 in float64, and so does its true slope sigmoid(-800):
     # Log of it is -inf with no gradient. The runner's proxy (slope ALPHA there) points up.

@@ -137,6 +137,9 @@ floor = proxy(torch.floor)
 ceil = proxy(torch.ceil)
 round = proxy(torch.round)  # noqa: A001 - the op's name
 sign = proxy(torch.sign)
+# |x| leaves 0 upwards: autograd's slope of 0 there would hold an exact zero (a cast
+# integer, a padding) in place under Log(Abs(x)).
+absolute = proxy(torch.abs, lambda x: torch.where(x < 0, -1.0, 1.0))
 hardsigmoid = proxy(F.hardsigmoid, lambda x: torch.where(x.abs() < 3, 1 / 6, ALPHA))
 hardswish = proxy(F.hardswish, lambda x: torch.where(x > 3, 1.0, ((2 * x + 3) / 6).clamp(min=ALPHA)))
 

@@ -241,6 +241,7 @@ class IsInf(Elementwise):
 class Abs(Elementwise):
     sigs = same(FLOATS + SIGNED_INTS)
     torch_fn = torch.abs
+    proxy_fn = num.absolute
 
 
 class Neg(Elementwise):
