@@ -697,6 +697,27 @@ def test_a_pick_along_an_axis_of_one_is_a_broadcast(op, cols, proven):
     assert (reason is not None and reason.startswith("Log <- ScatterValue")) is proven
 
 
+@pytest.mark.parametrize("value, proven", [(2.0, True), (1.0, False)])
+def test_a_square_of_a_value_some_element_holds_is_held_too(value, proven):
+    # The scatter writes its value somewhere in every execution; x * x squares it in place:
+    # 4 is outside Asin's domain, 1 is not. The square's range starts at 0.
+    i8, f64 = DType.int8, DType.float64
+    g = _net(
+        [((4,), i8), ((2,), DType.int64)],
+        [
+            ("ScatterValue", {"axis": 0, "value": value}, (0, 1), ((4,), i8)),
+            ("CastF64", {}, (2,), ((4,), f64)),
+            ("Mul", {}, (3, 3), ((4,), f64)),
+            ("Asin", {}, (4,), ((4,), f64)),
+        ],
+        weights=(1,),
+    )
+    reason, ranges = analyze(g)
+    assert (reason is not None and reason.startswith("Asin <- ScatterValue")) is proven
+    if not proven:
+        assert ranges[4].lo >= 0 and 1.0 in ranges[4].forced
+
+
 def test_a_scatter_writes_its_value_as_the_dtype_holds_it():
     # -1 written into uint8 is 255 (integer conversion wraps): Log of it is valid.
     u8 = DType.uint8

@@ -57,6 +57,14 @@ def _product_of_positives(x: Range, n: int, dt: DType) -> Range:
     return Range(math.exp(log_least) if log_least > -700 else 0.0, INF, src=x.src)
 
 
+def _forced_twice(name: str, forced: frozenset[float], dt: DType) -> frozenset[float]:
+    """What an elementwise Add, Mul, Max or Min of a value with itself makes of the values
+    some element certainly holds, computed in the op's dtype (integers wrap, floats round)."""
+    fn = {"Add": torch.add, "Mul": torch.mul, "Max": torch.maximum, "Min": torch.minimum}[name]
+    t = torch.tensor(sorted(forced), dtype=torch.float64).to(dt.torch)
+    return frozenset(float(c) for c in fn(t, t).double() if math.isfinite(float(c)))
+
+
 def transfer(inst: Inst, a, ins: list[Range], out_types, twice: bool = False) -> list[Range]:
     """Ranges of the outputs of one (valid) execution of `inst`; `twice`: its two inputs
     hold the same values (one value read twice, or one number everywhere in both)."""
@@ -152,7 +160,8 @@ def transfer(inst: Inst, a, ins: list[Range], out_types, twice: bool = False) ->
             return [Range(least, 1.0, below=1.0 / n, above=(1.0 / n) * (1 - slack), src="Softmax")]
         floor = math.log(least) - 2 * slack if least > 0 else -INF
         return [Range(floor, 0.0, below=-math.log(n), above=-math.log(n) - 2 * slack, src="LogSoftmax")]
-    if len(inst.inputs) == 2 and (twice or inst.inputs[0] == inst.inputs[1]):  # an op on one value twice
+    twice = len(inst.inputs) == 2 and (twice or inst.inputs[0] == inst.inputs[1])  # an op on one value twice
+    if twice:
         same = {"Sub": 0.0, "Xor": 0.0, "BitwiseXor": 0.0, "Greater": 0.0, "Less": 0.0, "Equal": 1.0}
         if name in same:
             c = same[name]
@@ -164,6 +173,9 @@ def transfer(inst: Inst, a, ins: list[Range], out_types, twice: bool = False) ->
             lo, hi = p.lo + q.lo, p.hi + q.hi
         elif name == "Sub":
             lo, hi = p.lo - q.hi, p.hi - q.lo
+        elif name == "Mul" and twice:  # a square
+            lo = 0.0 if p.lo <= 0 <= p.hi else min(p.lo * p.lo, p.hi * p.hi)
+            hi = max(p.lo * p.lo, p.hi * p.hi)
         elif name == "Mul":
             lo, hi = mul_bounds(p, q)
         elif name == "Max":
@@ -175,6 +187,8 @@ def transfer(inst: Inst, a, ins: list[Range], out_types, twice: bool = False) ->
         src = ""
         if name == "Mul" and (0.0 in p.forced or 0.0 in q.forced):
             forced, src = frozenset({0.0}), (p.src if 0.0 in p.forced else q.src)
+        if twice and p.forced:  # each value some element holds meets itself: c + c, c * c, c
+            forced, src = forced | _forced_twice(name, p.forced, out_types[0].dtype), p.src
         if not out_types[0].dtype.is_float and (lo < tops[0].lo or hi > tops[0].hi):
             return tops  # integers wrap around: 0 - 1 is 255 in uint8
         return [Range(lo, hi, forced, integral=integral, src=src)]
