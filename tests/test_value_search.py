@@ -718,6 +718,23 @@ def test_a_square_of_a_value_some_element_holds_is_held_too(value, proven):
         assert ranges[4].lo >= 0 and 1.0 in ranges[4].forced
 
 
+@pytest.mark.parametrize("n, proven", [(1, True), (2, False)])
+def test_a_reduction_of_one_element_keeps_its_values(n, proven):
+    # A sum over one Sign is -1, 0 or 1: Log needs it to be 1, and Log(1) = 0 divides y. A
+    # sum of two Signs may be 2.
+    g = _net(
+        [((n,), F32), ((3,), F32)],
+        [
+            ("Sign", {}, (0,), ((n,), F32)),
+            ("ReduceSum", {"axes": None, "keepdim": False}, (2,), ((), F32)),
+            ("Log", {}, (3,), ((), F32)),
+            ("Div", {}, (1, 4), ((3,), F32)),
+        ],
+    )
+    reason = prove_infeasible(g)
+    assert (reason is not None and reason.startswith("Div <-")) is proven
+
+
 def test_a_scatter_writes_its_value_as_the_dtype_holds_it():
     # -1 written into uint8 is 255 (integer conversion wraps): Log of it is valid.
     u8 = DType.uint8

@@ -24,7 +24,7 @@ def _rounding(dt: DType, n: int) -> float:
 
 
 def _summands(name: str, a) -> int:
-    """How many input elements the longest sum of a CumSum or ReduceSum adds up."""
+    """How many input elements the longest sum (product) of a CumSum or reduction takes."""
     shape = a["in_types"][0].shape
     if name == "CumSum":
         return shape[a.axis] if shape else 1
@@ -74,6 +74,8 @@ def transfer(inst: Inst, a, ins: list[Range], out_types, twice: bool = False) ->
     exact = pointwise_values(inst, a, ins)
     if exact is not None:
         return exact
+    if name in ("ReduceSum", "ReduceMean", "ReduceProd", "CumSum") and _summands(name, a) == 1:
+        return [replace(x, box=None)]  # each output is one element, unchanged
     # A zero factor wins over any (finite) other operand (each of an Einsum's terms has one).
     if name in ("Mul", "MatMul", "Einsum") and any(zero(r) for r in ins) or name in ("Div", "PReLU") and zero(x):
         src = next(r.src for r in ins if zero(r))
