@@ -735,6 +735,23 @@ def test_a_reduction_of_one_element_keeps_its_values(n, proven):
     assert (reason is not None and reason.startswith("Div <-")) is proven
 
 
+@pytest.mark.parametrize("n, proven", [(1, True), (2, False)])
+def test_an_l1_norm_of_one_element_is_its_magnitude(n, proven):
+    # LogSumExp over 37 values >= 0 is at least log 37 > 1; the L1 norm of one such value is
+    # that value, so Acos refuses it. (An L1 norm over 2 elements stays unbounded here.)
+    g = _net(
+        [((1, 37, n), F32)],
+        [
+            ("Relu", {}, (0,), ((1, 37, n), F32)),
+            ("ReduceLogSumExp", {"axes": [1], "keepdim": False}, (1,), ((1, n), F32)),
+            ("ReduceL1", {"axes": [1], "keepdim": False}, (2,), ((1,), F32)),
+            ("Acos", {}, (3,), ((1,), F32)),
+        ],
+    )
+    reason = prove_infeasible(g)
+    assert (reason is not None and reason.startswith("Acos <- ReduceL1")) is proven
+
+
 def test_a_scatter_writes_its_value_as_the_dtype_holds_it():
     # -1 written into uint8 is 255 (integer conversion wraps): Log of it is valid.
     u8 = DType.uint8

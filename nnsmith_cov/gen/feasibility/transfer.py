@@ -23,6 +23,11 @@ def _rounding(dt: DType, n: int) -> float:
     return (n + 8) * float(torch.finfo(dt.torch).eps) if dt.is_float else 0.0
 
 
+# Reductions that give back their element exactly (ReduceL1: its magnitude) where they
+# reduce one. (ReduceL2's sqrt(x * x) may round away from |x|.)
+_OF_ONE = ("ReduceSum", "ReduceMean", "ReduceProd", "CumSum", "ReduceL1")
+
+
 def _summands(name: str, a) -> int:
     """How many input elements the longest sum (product) of a CumSum or reduction takes."""
     shape = a["in_types"][0].shape
@@ -74,8 +79,11 @@ def transfer(inst: Inst, a, ins: list[Range], out_types, twice: bool = False) ->
     exact = pointwise_values(inst, a, ins)
     if exact is not None:
         return exact
-    if name in ("ReduceSum", "ReduceMean", "ReduceProd", "CumSum") and _summands(name, a) == 1:
-        return [replace(x, box=None)]  # each output is one element, unchanged
+    if name in _OF_ONE and _summands(name, a) == 1:  # each output is one element, or its magnitude
+        if name == "ReduceL1":
+            lo = x.lo if x.lo >= 0 else -x.hi if x.hi <= 0 else 0.0
+            return [Range(lo, max(-x.lo, x.hi), integral=x.integral, src=x.src)]
+        return [replace(x, box=None)]
     # A zero factor wins over any (finite) other operand (each of an Einsum's terms has one).
     if name in ("Mul", "MatMul", "Einsum") and any(zero(r) for r in ins) or name in ("Div", "PReLU") and zero(x):
         src = next(r.src for r in ins if zero(r))
