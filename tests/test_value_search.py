@@ -752,6 +752,25 @@ def test_an_l1_norm_of_one_element_is_its_magnitude(n, proven):
     assert (reason is not None and reason.startswith("Acos <- ReduceL1")) is proven
 
 
+@pytest.mark.parametrize("n, top", [(35, -2.6), (2, -0.31)])
+def test_a_softmax_of_close_inputs_has_no_large_entry(n, top):
+    # A Softmax's entries lie in (0, 1), a spread of 1: a LogSoftmax over n of them is at most
+    # -log(1 + (n - 1) / e) everywhere (-2.60 over 35, -0.31 over 2), and a second Softmax
+    # at most the exp of that. Random executions stay below.
+    v = ((64, n), F32)
+    g = _net(
+        [v], [("Softmax", {"dim": 1}, (0,), v), ("LogSoftmax", {"dim": 1}, (1,), v), ("Softmax", {"dim": 1}, (1,), v)]
+    )
+    ranges = analyze(g)[1]
+    bound = -math.log(1 + (n - 1) / math.e)
+    assert ranges[2].hi == pytest.approx(bound, abs=1e-4) and ranges[2].hi == pytest.approx(top, abs=0.01)
+    assert ranges[3].hi == pytest.approx(math.exp(bound), abs=1e-4)
+    x = torch.randn(64, n) * 30
+    with torch.no_grad():
+        p = torch.softmax(x, 1)
+        assert torch.log_softmax(p, 1).max() <= ranges[2].hi and torch.softmax(p, 1).max() <= ranges[3].hi
+
+
 def test_a_scatter_writes_its_value_as_the_dtype_holds_it():
     # -1 written into uint8 is 255 (integer conversion wraps): Log of it is valid.
     u8 = DType.uint8

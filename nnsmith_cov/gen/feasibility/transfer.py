@@ -166,10 +166,14 @@ def transfer(inst: Inst, a, ins: list[Range], out_types, twice: bool = False) ->
         # (a Softmax of Ceil(Acos(x)), spread 4, never underflows to 0).
         spread = x.hi - x.lo
         least = 1 / (1 + (n - 1) * math.exp(spread)) * (1 - slack) if spread < 600 else 0.0
+        # ... and at most 1 / (1 + (n - 1) e^-d): a Softmax of Softmax over 35 entries, spread
+        # below 1, has no entry above 0.075.
+        most = min(1.0, (1 + slack) / (1 + (n - 1) * math.exp(-spread))) if spread < 600 else 1.0
         if name == "Softmax":
-            return [Range(least, 1.0, below=1.0 / n, above=(1.0 / n) * (1 - slack), src="Softmax")]
+            return [Range(least, most, below=1.0 / n, above=(1.0 / n) * (1 - slack), src="Softmax")]
         floor = math.log(least) - 2 * slack if least > 0 else -INF
-        return [Range(floor, 0.0, below=-math.log(n), above=-math.log(n) - 2 * slack, src="LogSoftmax")]
+        top = min(0.0, math.log(most) + 2 * slack)
+        return [Range(floor, top, below=-math.log(n), above=-math.log(n) - 2 * slack, src="LogSoftmax")]
     twice = len(inst.inputs) == 2 and (twice or inst.inputs[0] == inst.inputs[1])  # an op on one value twice
     if twice:
         same = {"Sub": 0.0, "Xor": 0.0, "BitwiseXor": 0.0, "Greater": 0.0, "Less": 0.0, "Equal": 1.0}
