@@ -3,6 +3,7 @@ comparisons, logic, bitwise), Where."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import ClassVar
 
 import torch
@@ -216,16 +217,19 @@ class Shrink(Elementwise):
         self.params.update(lambd=draw.choice("shrink.lambd", self._LAMBDS), soft=draw.coin("shrink.soft"))
 
     @staticmethod
-    def forward(a: Attrs, x: torch.Tensor) -> torch.Tensor:
+    def shrink(a: Attrs) -> Callable[[torch.Tensor], torch.Tensor]:
         fn = F.softshrink if a.soft else F.hardshrink
-        attrs = {"lambd_f": a.lambd, "bias_f": a.lambd if a.soft else 0.0}
-        return as_node(lambda t: fn(t, a.lambd), "Shrink", [x], attrs=attrs)
+        return lambda t: fn(t, a.lambd)
 
-    @staticmethod
-    def forward_proxy(a: Attrs, x: torch.Tensor) -> torch.Tensor:
+    @classmethod
+    def forward(cls, a: Attrs, x: torch.Tensor) -> torch.Tensor:
+        attrs = {"lambd_f": a.lambd, "bias_f": a.lambd if a.soft else 0.0}
+        return as_node(cls.shrink(a), "Shrink", [x], attrs=attrs)
+
+    @classmethod
+    def forward_proxy(cls, a: Attrs, x: torch.Tensor) -> torch.Tensor:
         # Slope ALPHA within [-lambd, lambd], where both shrinks are flat at 0.
-        fn = F.softshrink if a.soft else F.hardshrink
-        return num.proxy(lambda t: fn(t, a.lambd), lambda t: torch.where(t.abs() > a.lambd, 1.0, num.ALPHA))(x)
+        return num.proxy(cls.shrink(a), lambda t: torch.where(t.abs() > a.lambd, 1.0, num.ALPHA))(x)
 
 
 class IsNaN(Elementwise):

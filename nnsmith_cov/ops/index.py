@@ -165,12 +165,20 @@ class ScatterValue(_Scatter):
         super().setup(draw, ins)
         self.params["value"] = draw.choice("scatter.value", self._VALUES)
 
+    @staticmethod
+    def fill(a: Attrs, dtype: DType) -> float | int:
+        """The scalar `scatter` takes for a tensor of `dtype`. Booleans take the int (a bool
+        scalar breaks the tracer's scatter overload lookup)."""
+        return a.value if dtype.is_float else int(a.value != 0) if dtype is DType.bool else int(a.value)
+
+    @classmethod
+    def written(cls, a: Attrs, dtype: DType) -> float:
+        """The number that lands in a tensor of `dtype` (-1 into uint8 is 255)."""
+        return float(torch.tensor(cls.fill(a, dtype)).to(dtype.torch).double())
+
     @classmethod
     def forward(cls, a: Attrs, x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-        dtype = a.in_types[0].dtype
-        # Booleans take the int (a bool scalar breaks the tracer's scatter overload lookup).
-        value = a.value if dtype.is_float else int(a.value != 0) if dtype is DType.bool else int(a.value)
-        return x.scatter(a.axis, cls.where(a, index), value)
+        return x.scatter(a.axis, cls.where(a, index), cls.fill(a, a.in_types[0].dtype))
 
 
 class ScatterAdd(_Scatter):

@@ -10,7 +10,7 @@ import torch
 
 from nnsmith_cov.abstract.dtype import DType
 from nnsmith_cov.gen.feasibility.elementwise import UNARY, rising
-from nnsmith_cov.gen.feasibility.facts import Infeasible, Range, point
+from nnsmith_cov.gen.feasibility.facts import Infeasible, Range, point, stored
 from nnsmith_cov.gen.feasibility.layout import KEEP_ALL, SUBSET
 from nnsmith_cov.gen.feasibility.values import MAX_VALUES, of_values
 from nnsmith_cov.gen.graph_ir import Inst
@@ -42,9 +42,12 @@ _SCATTERS = {"ScatterValue", "ScatterAdd", "ScatterReduce"}
 Box = tuple[torch.Tensor, torch.Tensor]
 
 
-def _whole(t, r: Range, dt: torch.dtype) -> Box:
-    """The box of a value known only by its range. (A bound rounded to dt still bounds
-    the values dt holds; one beyond dt's range becomes an infinity.)"""
+def _box(t, r: Range, dt: torch.dtype) -> Box:
+    """The per-element bounds of a value of type t in dt: its box, or where it is known
+    only by its range, that range everywhere. (A bound rounded to dt still bounds the
+    values dt holds; one beyond dt's range becomes an infinity.)"""
+    if r.box is not None:
+        return r.box[0].to(dt), r.box[1].to(dt)
     lo, hi = (torch.tensor(b, dtype=torch.float64).to(dt).expand(t.shape) for b in (r.lo, r.hi))
     return lo, hi
 
@@ -82,11 +85,10 @@ def _scatter_box(a, x: Range) -> Box | None:
     if t.dtype is DType.bool:
         return None
     dt = _exact_dtype(t)
-    lo, hi = (b.to(dt).clone() for b in (_whole(t, x, dt) if x.box is None else x.box))
+    lo, hi = (b.clone() for b in _box(t, x, dt))
     reach = tuple(slice(None) if d == a.axis else slice(0, n) for d, n in enumerate(index.shape))
     if "value" in a:
-        # As the op writes it: an integer in the tensor's dtype (-1 into uint8 is 255).
-        value = a.value if t.dtype.is_float else float(torch.tensor(int(a.value)).to(t.dtype.torch))
+        value = op_by_name("ScatterValue").written(a, t.dtype)
         if _writes_for_certain(a):
             lo[reach], hi[reach] = value, value
         else:
@@ -104,7 +106,7 @@ def _pick_box(name: str, a, x: Range) -> Box | None:
     if t.shape[a.axis] != 1:
         return None
     dt = _exact_dtype(t)
-    lo, hi = _whole(t, x, dt) if x.box is None else (x.box[0].to(dt), x.box[1].to(dt))
+    lo, hi = _box(t, x, dt)
     if name == "GatherElements":
         keep = tuple(slice(None) if d == a.axis else slice(0, n) for d, n in enumerate(out))
         lo, hi = lo[keep], hi[keep]
@@ -142,7 +144,7 @@ def _box_of(inst: Inst, a, ins: list[Range]) -> list[Box] | None:
         # Moves are exact in any dtype; a cast takes integer bounds as the float64 they are
         # stored in (int64's 2**63 has no int64).
         dt = _exact_dtype(t) if exact else t.dtype.torch
-        boxes.append(_whole(t, r, dt) if r.box is None else (r.box[0].to(dt), r.box[1].to(dt)))
+        boxes.append(_box(t, r, dt))
     fwd = op_by_name(name).forward
     dom = UNARY.get(name, (None, None, None))[2]
     try:
@@ -243,10 +245,7 @@ def boxes(inst: Inst, a, ins: list[Range], outs: list[Range]) -> list[Range]:
         hi_min, hi_max = (float(c) for c in torch.aminmax(hi))
         if lo_max == math.inf or hi_min == -math.inf:
             raise Infeasible(f"{inst.op} <- {src}: Inf in every execution")
-        if t.dtype.is_float or t.dtype is DType.bool:
-            store = (lo, hi)
-        else:  # bounds of integers are whole numbers: kept in float64
-            store = (lo.double(), hi.double())
+        store = (stored(lo), stored(hi))
         if bool(known.all()):  # every element known: the values there are, and where each is
             taken = torch.unique(lo.double())
             if len(taken) > MAX_VALUES:

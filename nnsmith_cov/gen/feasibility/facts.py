@@ -42,6 +42,12 @@ class Range:
         return self.lo >= bound or self.above >= bound or any(c >= bound for c in self.forced)
 
 
+def stored(bound: torch.Tensor) -> torch.Tensor:
+    """A box bound as a `Range` keeps it: float and boolean bounds as they are, the
+    whole-number bounds of integers in float64."""
+    return bound if bound.is_floating_point() or bound.dtype is torch.bool else bound.double()
+
+
 def dtype_range(dt: DType) -> Range:
     if dt is DType.bool:
         return Range(0.0, 1.0, integral=True, values=frozenset({0.0, 1.0}))

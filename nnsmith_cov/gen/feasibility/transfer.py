@@ -80,9 +80,8 @@ def transfer(inst: Inst, a, ins: list[Range], out_types, twice: bool = False) ->
     if exact is not None:
         return exact
     if name in _OF_ONE and _summands(name, a) == 1:  # each output is one element, or its magnitude
-        if name == "ReduceL1":
-            lo = x.lo if x.lo >= 0 else -x.hi if x.hi <= 0 else 0.0
-            return [Range(lo, max(-x.lo, x.hi), integral=x.integral, src=x.src)]
+        if name == "ReduceL1":  # (Abs of a whole number is one too)
+            return [replace(unary("Abs", x, a), integral=x.integral)]
         return [replace(x, box=None)]
     # A zero factor wins over any (finite) other operand (each of an Einsum's terms has one).
     if name in ("Mul", "MatMul", "Einsum") and any(zero(r) for r in ins) or name in ("Div", "PReLU") and zero(x):
@@ -215,9 +214,7 @@ def transfer(inst: Inst, a, ins: list[Range], out_types, twice: bool = False) ->
     if name == "Div" and 0.0 in x.forced:  # 0 / y = 0 for every valid divisor
         return [Range(forced=frozenset({0.0}), src=x.src)]
     if name == "ScatterValue" and math.prod(a["in_types"][1].shape) > 0:  # some position takes the value
-        dt = out_types[0].dtype  # the value as the op writes it into this dtype
-        value = a.value if dt.is_float else int(a.value != 0) if dt is DType.bool else int(a.value)
-        c = float(torch.tensor(value).to(dt.torch).double())
+        c = spec.written(a, out_types[0].dtype)
         integral = x.integral and c.is_integer()
         src = f"ScatterValue(value={a.value})"
         return [

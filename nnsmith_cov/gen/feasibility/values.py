@@ -8,7 +8,7 @@ import math
 import torch
 
 from nnsmith_cov.gen.feasibility.elementwise import RISING_OPS, UNARY
-from nnsmith_cov.gen.feasibility.facts import Infeasible, Range, constant, point
+from nnsmith_cov.gen.feasibility.facts import Infeasible, Range, constant, point, stored
 from nnsmith_cov.gen.graph_ir import Inst
 from nnsmith_cov.ops import op_by_name
 
@@ -139,6 +139,6 @@ def fold(inst: Inst, a, ins: list[Range]) -> list[Range] | str | None:
         exact = frozenset(float(c) for c in values) if len(values) <= MAX_VALUES else None
         # Where each value lies is known too: later ops follow it element by element (a
         # padding of ones around zeros stays zero where it was under a CumSum).
-        known = t.detach() if t.is_floating_point() or t.dtype is torch.bool else t.detach().double()
+        known = stored(t.detach())
         ranges.append(Range(lo, hi, forced, integral=integral, src=src, values=exact, box=(known, known)))
     return ranges
