@@ -41,6 +41,15 @@ def test_lt0_loss_positive_iff_predicate_violated(f):
     assert (float(num.lt0(torch.from_numpy(f))) > 0) == bool((f >= 0).any())
 
 
+@given(f=floats)
+def test_per_element_terms_sum_to_the_loss_and_are_positive_where_violated(f):
+    t = torch.from_numpy(f)
+    with num.per_element():
+        le, lt = num.le0(t), num.lt0(t)
+    assert le.shape == t.shape and torch.equal(le > 0, t > 0) and float(le.sum()) == float(num.le0(t))
+    assert lt.shape == t.shape and float(lt.sum()) == float(num.lt0(t))
+
+
 VULNERABLE = [op for op in ALL_OPS if op.vulnerable]
 FLOAT_DOMAIN = [op for op in VULNERABLE if op.name() in {"Sqrt", "Log", "Log2", "Asin", "Acos", "Exp", "Reciprocal"}]
 
@@ -459,6 +468,35 @@ def test_a_narrow_window_is_reached_element_by_element():
     for seed in range(4):
         r = search_values(g, seed, "gradient", budget_ms=60_000, init=INIT, max_iters=40)
         assert r.ok and ((r.values[0] >= 2.3) & (r.values[0] <= np.e)).all()
+
+
+def test_a_step_that_grew_the_loss_takes_back_only_the_elements_that_grew(monkeypatch):
+    # Log2(Sin(x / Log2(w))) for x [1, 16] and w [8, 16]: when a step grows the loss by
+    # carrying some elements out of a window of sin > 0, an element it brought closer to
+    # one keeps its move even while still outside (the summed loss blamed every element
+    # still outside).
+    x, w = ((1, 16), F32), ((8, 16), F32)
+    body = [("Log2", {}, (1,), w), ("Div", {}, (0, 2), w), ("Sin", {}, (3,), w), ("Log2", {}, (4,), w)]
+    g = _net([x, w], body, weights=(1,))
+
+    def outside(x, w):
+        return torch.clamp(gradient.TARGET_MARGIN - torch.sin(x / torch.log2(w)), min=0)
+
+    kept_closer = 0
+    back_off = gradient._back_off
+
+    def watched(s, opt, step, culprit):
+        nonlocal kept_closer
+        with torch.no_grad():
+            before, after = outside(step.start[0], step.start[1]), outside(s.masters[0], s.masters[1])
+        left = back_off(s, opt, step, culprit)
+        kept_closer += int((step.moved[1] & (after > 0) & (after < before)).sum())
+        return left
+
+    monkeypatch.setattr(gradient, "_back_off", watched)
+    for seed in range(4):
+        assert search_values(g, seed, "gradient", budget_ms=60_000, init=INIT, max_iters=200).ok
+    assert kept_closer > 0
 
 
 def test_factors_that_must_take_opposite_signs_do_not_cross_zero_in_lockstep():

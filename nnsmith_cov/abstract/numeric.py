@@ -27,16 +27,31 @@ ALPHA = 0.1  # proxy slope where the true derivative is zero
 
 _margin = 0.0  # see `margin`
 _zero_side = 1.0  # see `zero_side`
+_summed = True  # see `per_element`
 
 
 def le0(f: torch.Tensor) -> torch.Tensor:
     """Loss of f(X) <= 0: sum of max(f(x), 0)."""
-    return torch.clamp(f.double() + _margin, min=0).sum()
+    h = torch.clamp(f.double() + _margin, min=0)
+    return h.sum() if _summed else h
 
 
 def lt0(f: torch.Tensor) -> torch.Tensor:
     """Loss of f(X) < 0: sum of max(f(x) + eps, 0)."""
-    return torch.clamp(f.double() + (EPS + _margin), min=0).sum()
+    h = torch.clamp(f.double() + (EPS + _margin), min=0)
+    return h.sum() if _summed else h
+
+
+@contextlib.contextmanager
+def per_element():
+    """Within this block, losses are not summed: each comes as its elements' terms, so
+    the value search can tell which elements a step made worse."""
+    global _summed
+    saved, _summed = _summed, False
+    try:
+        yield
+    finally:
+        _summed = saved
 
 
 @contextlib.contextmanager

@@ -27,10 +27,10 @@ How a step is taken (`MaskedAdam`, `search_values`): Adam's direction, scaled
 by each value's magnitude (at least 1) and by its trust, moving only elements
 whose gradient is non-zero now. A step that made its target worse or broke an
 op before it is backed off element by element: the moved elements the
-violated loss depends on go back and are trusted half as far, the rest keep
-their move. Ops a step broke, and the target's own losses that hold, guard the
-target with a margin: they hold still the elements they would pull the other
-way.
+violated loss depends on (for a grown target loss, only its grown terms) go
+back and are trusted half as far, the rest keep their move. Ops a step broke,
+and the target's own losses that hold, guard the target with a margin: they
+hold still the elements they would pull the other way.
 """
 
 from __future__ import annotations
@@ -289,6 +289,7 @@ class _Step:
     start: dict[int, torch.Tensor]  # every master before the step
     grads: list[torch.Tensor | None]
     moved: list[torch.Tensor | None] = field(default_factory=list)  # per trainable master: moved and not undone
+    terms: torch.Tensor | None = None  # its loss per element (`num.per_element`), before the step
 
 
 class _Ran(NamedTuple):
@@ -534,7 +535,8 @@ def search_values(
     its target's loss went down or the target became valid. When the loss
     went up, or an op before the target broke (a full-size step overshoots
     products of many moving values, and fixing a later op must not break an
-    earlier one), the elements the violated loss has a gradient in are moved
+    earlier one), the elements the violated loss has a gradient in (where the
+    target's loss grew, the gradient of its terms that grew) are moved
     back to where the step started and their trust (`MaskedAdam`) is halved;
     the other elements keep their move, and the next iteration judges the
     result again. Once nothing of the step is left, it is taken again as far
@@ -638,11 +640,13 @@ def search_values(
             losses = s.runner.spec(bad).domain(s.runner.attrs(bad), *ins)
         which = next((i for i, x in enumerate(losses) if bool(x > 0)), len(losses))
         loss = losses[which] if which < len(losses) else None
-        if loss is not None and TARGET_MARGIN:
+        terms = None  # the loss per element: which elements a step made worse
+        if loss is not None:
             # Aim a margin inside the domain: elements that land just inside the boundary
             # are pushed back out by the next objective's first step.
-            with num.zero_side(side), num.margin(TARGET_MARGIN):
-                loss = s.runner.spec(bad).domain(s.runner.attrs(bad), *ins)[which]
+            with num.zero_side(side), num.margin(TARGET_MARGIN), num.per_element():
+                terms = s.runner.spec(bad).domain(s.runner.attrs(bad), *ins)[which]
+            loss = terms.sum()
         if loss is None:  # nothing in the op's domain explains it: an overflow
             over, cap = overflow_guard(ins, cap if bad == target else None)
             loss = sum(over) if over and bool(sum(over) > 0) else None
@@ -662,6 +666,12 @@ def search_values(
             broke = s.rank[bad] < s.rank[pending.target]
             # Worse: an earlier loss of the target violated again, or the same one grown.
             worse = bad == pending.target and (which, -value) < (pending.which, -pending.loss)
+            culprit = loss
+            if worse and which == pending.which and _comparable(terms, pending.terms):
+                # Only the elements that grew blame the leaves they depend on: in
+                # Log2(Sin(x / w)) over 2,000 elements, one that overshot takes back its own
+                # move, not the move of every other.
+                culprit = torch.where(terms.detach() > pending.terms, terms, 0).sum()
             if broke or worse:
                 opt.boost = 1.0  # the plateau ended the wrong way
                 if broke and s.runner.spec(bad).vulnerable:
@@ -670,7 +680,7 @@ def search_values(
                 # as far from now on; the others keep their move. A target whose gradient
                 # through the broken op is huge (Acos' slope at +-1) breaks it at any step
                 # length of that op's leaves, while other leaves can fix the target alone.
-                if _back_off(s, opt, pending, loss):
+                if _back_off(s, opt, pending, culprit):
                     continue
                 # Nothing of the step is left: take it again as far as each element is
                 # trusted now, without Adam's momentum (a first Adam step goes along
@@ -713,8 +723,13 @@ def search_values(
         if not any(g is not None and bool(g.any()) for g in grads):
             give_up(bad)  # zero gradient: nothing to follow
             continue
-        pending = _Step(bad, which, value, s.save(), grads)
+        pending = _Step(bad, which, value, s.save(), grads, terms=None if terms is None else terms.detach())
         _take(s, opt, pending)
+
+
+def _comparable(now: torch.Tensor | None, before: torch.Tensor | None) -> bool:
+    """Whether two per-element losses of one op can be compared element by element."""
+    return now is not None and before is not None and now.shape == before.shape
 
 
 def _take(s: _Search, opt: MaskedAdam, step: _Step) -> None:
