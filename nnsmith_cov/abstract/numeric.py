@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -43,41 +44,33 @@ def lt0(f: torch.Tensor) -> torch.Tensor:
 
 
 @contextlib.contextmanager
-def per_element():
-    """Within this block, losses are not summed: each comes as its elements' terms, so
-    the value search can tell which elements a step made worse."""
-    global _summed
-    saved, _summed = _summed, False
+def _setting(name: str, value: float | bool) -> Iterator[None]:
+    """The module setting `name` set to `value` within the block."""
+    saved, globals()[name] = globals()[name], value
     try:
         yield
     finally:
-        _summed = saved
+        globals()[name] = saved
 
 
-@contextlib.contextmanager
-def margin(m: float):
+def per_element() -> contextlib.AbstractContextManager[None]:
+    """Within this block, losses are not summed: each comes as its elements' terms, so
+    the value search can tell which elements a step made worse."""
+    return _setting("_summed", False)
+
+
+def margin(m: float) -> contextlib.AbstractContextManager[None]:
     """Within this block, losses ask for f(X) <= -m: positive also for elements that
     satisfy the predicate by less than m. The value search uses it to keep an op it
     has already repaired away from its boundary while it repairs another."""
-    global _margin
-    saved, _margin = _margin, m
-    try:
-        yield
-    finally:
-        _margin = saved
+    return _setting("_margin", m)
 
 
-@contextlib.contextmanager
-def zero_side(sign: float):
+def zero_side(sign: float) -> contextlib.AbstractContextManager[None]:
     """Within this block, `magnitude` leaves 0 towards `sign` (+1 or -1). Neither side
     is right for every graph (a zero pad under a ReduceMin can only be left
     downwards), so the value search alternates it between restarts."""
-    global _zero_side
-    saved, _zero_side = _zero_side, sign
-    try:
-        yield
-    finally:
-        _zero_side = saved
+    return _setting("_zero_side", sign)
 
 
 def log_max(dtype: torch.dtype) -> float:
