@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib.util
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -1704,3 +1706,15 @@ def test_a_slice_keeps_an_exact_value_isolated(neg, exact):
     body = [("Slice", cut, (0,), half), ("Acos", {}, (1,), half)]
     body += [("Neg", {}, (2,), half), ("Sqrt", {}, (3,), half)] if neg else [("Sqrt", {}, (2,), half)]
     _assert_exact_only(_net([v], body), "input v0 is exactly 1", exact)
+
+
+def test_iteration_benchmark_counts_solved_graphs_within_each_bound(capsys):
+    path = Path(__file__).parent.parent / "scripts" / "bench_value_search.py"
+    spec = importlib.util.spec_from_file_location("bench_value_search", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    bench.by_iterations([10], 4, 0, [1, 5, 400])
+    row = capsys.readouterr().out.splitlines()[-1].split()
+    solved = [int(n) for n in row[1:]]
+    assert row[0] == "10" and len(solved) == 3
+    assert solved == sorted(solved) and solved[-1] <= 4 and solved[-1] > solved[0]
