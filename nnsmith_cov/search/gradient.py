@@ -667,7 +667,7 @@ def search_values(
             # Worse: an earlier loss of the target violated again, or the same one grown.
             worse = bad == pending.target and (which, -value) < (pending.which, -pending.loss)
             culprit = loss
-            if worse and which == pending.which and _comparable(terms, pending.terms):
+            if worse and which == pending.which and terms is not None:  # (so pending.terms is too)
                 # Only the elements that grew blame the leaves they depend on: in
                 # Log2(Sin(x / w)) over 2,000 elements, one that overshot takes back its own
                 # move, not the move of every other.
@@ -725,11 +725,6 @@ def search_values(
             continue
         pending = _Step(bad, which, value, s.save(), grads, terms=None if terms is None else terms.detach())
         _take(s, opt, pending)
-
-
-def _comparable(now: torch.Tensor | None, before: torch.Tensor | None) -> bool:
-    """Whether two per-element losses of one op can be compared element by element."""
-    return now is not None and before is not None and now.shape == before.shape
 
 
 def _take(s: _Search, opt: MaskedAdam, step: _Step) -> None:
