@@ -15,13 +15,16 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
+import torch.nn.functional as F
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from nnsmith_cov.abstract.dtype import DType
 from nnsmith_cov.backends.op_support import probe_graph, sig_key
 from nnsmith_cov.gen.generator import GenConfig, GenerationError, generate
 from nnsmith_cov.materialize.model_dir import materialize_and_export
 from nnsmith_cov.materialize.validate import check_agreement
-from nnsmith_cov.ops import ALL_OPS, op_by_name
+from nnsmith_cov.ops import ALL_OPS, nn, op_by_name
 from nnsmith_cov.search.sampling import sample_values
 
 SEEDS = range(10)
@@ -152,3 +155,39 @@ def test_any_index_value_is_a_valid_position_in_torch_and_onnx(name, fill):
             np.testing.assert_allclose(have, want.numpy(), rtol=1e-3, atol=1e-3)
         tried += 1
     assert tried >= 3
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    shape=st.tuples(st.integers(1, 40), st.integers(1, 40)),
+    window=st.tuples(st.integers(1, 40), st.integers(1, 40), st.integers(1, 5), st.integers(1, 5)),
+    dtype=st.sampled_from([torch.float16, torch.float32, torch.float64]),
+    prefix=st.booleans(),
+)
+def test_lp_pool_window_sums_are_the_window_sums_rounded_once(shape, window, dtype, prefix):
+    # Prefix sums (forced with `prefix`, else where windows overlap much) give each window's
+    # sum of the input's values as float64 adds them, rounded once to the input's dtype.
+    kh, kw, sh, sw = window
+    assume(kh <= shape[0] and kw <= shape[1])
+    pad = (kh // 2, kw // 3)
+    rng = torch.Generator().manual_seed(sum(shape))
+    x = (torch.rand(2, 3, *shape, generator=rng, dtype=torch.float64) * 9).to(dtype)
+    exact = F.avg_pool2d(x.double(), (kh, kw), (sh, sw), pad, divisor_override=1)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(nn, "BOX_SUM_GAIN", 0 if prefix else nn.BOX_SUM_GAIN)
+        got = nn.window_sums(x, (kh, kw), (sh, sw), pad)
+    assert got.dtype == dtype and got.shape == exact.shape
+    if prefix or dtype == torch.float64:
+        rtol = 1e-12 if dtype == torch.float64 else 0.0
+        assert torch.allclose(got.double(), exact.to(dtype).double(), rtol=rtol, atol=0)
+    else:  # PyTorch's own pool adds in the input's precision (float32 here)
+        assert torch.allclose(got.double(), exact, rtol=1e-4 if dtype == torch.float32 else 1e-2)
+
+
+def test_lp_pool_takes_prefix_sums_only_where_windows_overlap_much(monkeypatch):
+    calls = []
+    monkeypatch.setattr(nn.F, "avg_pool2d", lambda *a, **k: calls.append(a[1]) or torch.zeros(1, 1, 1, 1))
+    nn.window_sums(torch.rand(1, 1, 30, 94), (22, 84), (1, 2), (11, 42))  # 26,784 windows of 1,848
+    assert calls == []
+    nn.window_sums(torch.rand(1, 1, 8, 8), (2, 2), (2, 2), (0, 0))  # 16 windows of 4, no overlap
+    assert calls == [(2, 2)]
