@@ -595,6 +595,29 @@ def test_integer_to_float16_cast_has_an_overflow_loss():
     assert op_by_name("CastI32").domain(Attrs(), torch.tensor([7], dtype=torch.int64)) == []
 
 
+def _dot(n: int) -> GraphIR:
+    """A float16 sum of n products (an Einsum over their one axis): it overflows from [1, 9]."""
+    f16 = DType.float16
+    return _net([((n,), f16), ((n,), f16)], [("Einsum", {"a": [0], "b": [0], "out": []}, (0, 1), ((), f16))], (1,))
+
+
+def test_an_overflowed_sum_of_products_is_capped_where_it_fits_at_once(monkeypatch):
+    s = gradient._Search(_dot(32768), 0, INIT, proxy=True)
+    bad, env, _ = s.first_invalid()
+    assert bad == 0
+    x, y = env[0].detach().double(), env[1].detach().double()
+    top = max(float(x.max()), float(y.max()))
+    wide = lambda c: float((x.clamp(-c, c) * y.clamp(-c, c)).sum())  # noqa: E731
+    cap = s.fitting_cap(0, env)
+    assert cap == top / 16 and wide(cap) <= 65504 / 2 < wide(2 * cap)
+    with torch.no_grad():  # within range as they are: the cap has nothing to say
+        assert s.fitting_cap(0, {0: env[0] / 64, 1: env[1] / 64}) is None
+    fitted = search_values(_dot(32768), 0, budget_ms=60_000, init=INIT, max_iters=50)
+    monkeypatch.setattr(gradient._Search, "fitting_cap", lambda *_: None)  # halving alone
+    halved = search_values(_dot(32768), 0, budget_ms=60_000, init=INIT, max_iters=50)
+    assert fitted.ok and halved.ok and fitted.iterations < halved.iterations
+
+
 def test_divisor_losses_have_a_gradient_at_zero():
     for name, args in (("Reciprocal", 1), ("Div", 2)):
         xs = [torch.zeros(3, requires_grad=True) for _ in range(args)]

@@ -72,6 +72,7 @@ LEAF_DOMAINS = {
 }
 # Vulnerable ops by how narrow their domains are (`_Search.order`): the others come after.
 NARROW_FIRST = {"Asin": 0, "Acos": 0, "Log": 1, "Log2": 1, "Sqrt": 2, "Pow": 3, "Reciprocal": 4, "Div": 4}
+CAP_HALVINGS = 24  # `_Search.fitting_cap` looks as far as 2**-24 of the largest input
 MAX_BOOST = 256.0  # the most a plateau lengthens steps
 BOOL_MASTER = (0.25, 0.75)  # masters of False and True: one step of lr 0.5 flips them
 
@@ -103,9 +104,10 @@ def overflow_guard(ins: list[torch.Tensor], cap: float | None = None) -> tuple[l
     positive (float16 sums and products, convolutions, ...): each float input's
     magnitude at most sqrt(max) of its dtype, which keeps products and sums of two
     such values finite, and at most `cap`. Sums of many products overflow below any
-    fixed bound, so the search passes half the largest input magnitude as the cap and
-    keeps it while the loss goes down (one objective per target), halving it again
-    when it is met and the op still overflows. Returns the losses and the cap used."""
+    fixed bound, so the search passes a cap (`_Search.fitting_cap`, else half the
+    largest input magnitude) and keeps it while the loss goes down (one objective per
+    target), choosing another when it is met and the op still overflows. Returns the
+    losses and the cap used."""
     floats = [x for x in ins if x.is_floating_point() and x.numel()]
     if not floats:
         return [], math.inf
@@ -510,6 +512,44 @@ class _Search:
         self._cache[k] = _Ran(key, kept, finite)
         return finite
 
+    def fitting_cap(self, k: int, env: dict[int, torch.Tensor]) -> float | None:
+        """The cap for `overflow_guard` on op k, which overflowed: the largest of top / 2,
+        top / 4, ... (top: its largest float input magnitude) such that op k computed in
+        float64 on its inputs clamped to it, where the guard's losses lead, stays within
+        half its dtype's range. A float16 sum of 32,768 products of values in [1, 9] gets
+        its cap of 9 / 16 at once, rather than by four halvings of four objectives. None
+        where clamping says nothing: the result computed wide is within range already (an
+        intermediate overflowed), or is not at any cap."""
+        inst = self.graph.insts[k]
+        xs = [env[v].detach() for v in inst.inputs]
+        floats = [x for x in xs if x.is_floating_point() and x.numel()]
+        if not floats:
+            return None
+        top = max(float(x.abs().max()) for x in floats)
+        fn, attrs = self.runner.module.spec(k).forward, self.runner.attrs(k)
+
+        def fits(c: float) -> bool:
+            try:
+                with torch.no_grad():
+                    out = fn(attrs, *(x.double().clamp(-c, c) if x.is_floating_point() else x for x in xs))
+            except (RuntimeError, TypeError, ValueError):
+                return False
+            outs = out if isinstance(out, tuple | list) else [out]
+            for v, o in zip(inst.outputs, outs):
+                if self._dtype(v).is_float and o.is_floating_point() and o.numel():
+                    m = float(o.abs().max())
+                    if not m <= torch.finfo(self._dtype(v).torch).max / 2:  # (False for NaN)
+                        return False
+            return True
+
+        if not math.isfinite(top) or top == 0 or fits(top) or not fits(top / 2**CAP_HALVINGS):
+            return None  # (an op that rounds to its own dtype inside overflows at any cap)
+        lo, hi = 0, CAP_HALVINGS  # fits(top / 2**lo) is False, fits(top / 2**hi) True
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if fits(top / 2**mid) else (mid, hi)
+        return top / 2**hi
+
     def _outside(self, k: int, env: dict[int, torch.Tensor]) -> bool:
         with torch.no_grad():
             ins = [env[v].detach() for v in self.graph.insts[k].inputs]
@@ -590,7 +630,7 @@ def search_values(
     steps, best, stall = 0, math.inf, 0
     guards: set[int] = set()  # ops before the target that a step on it broke
     aim = 0  # the target's loss being followed
-    cap = math.inf  # the overflow guard's cap for the current target
+    caps: dict[int, float] = {}  # the overflow guard's cap per op, while the target stays
 
     def give_up(bad: int) -> None:
         """Nothing more to follow on `bad`: redraw what feeds it, or everything."""
@@ -648,10 +688,12 @@ def search_values(
                 terms = s.runner.spec(bad).domain(s.runner.attrs(bad), *ins)[which]
             loss = terms.sum()
         if loss is None:  # nothing in the op's domain explains it: an overflow
-            over, cap = overflow_guard(ins, cap if bad == target else None)
+            # Each op its own cap: an op a step on the target broke must not pass its cap on.
+            mine = caps.get(bad) if bad == target else None
+            over, caps[bad] = overflow_guard(ins, mine if mine is not None else s.fitting_cap(bad, env))
             loss = sum(over) if over and bool(sum(over) > 0) else None
-            if loss is None and bad == target:  # the cap is met: halve it (a new objective)
-                over, cap = overflow_guard(ins)
+            if loss is None and bad == target:  # the cap is met: a new objective
+                over, caps[bad] = overflow_guard(ins, s.fitting_cap(bad, env))
                 loss = sum(over) if over and bool(sum(over) > 0) else None
                 if pending is not None and bad == pending.target:
                     pending.loss = math.inf
