@@ -521,7 +521,7 @@ class _Search:
         where clamping says nothing: the result computed wide is within range already (an
         intermediate overflowed), or is not at any cap."""
         inst = self.graph.insts[k]
-        xs = [env[v].detach() for v in inst.inputs]
+        xs = [env[v].detach().double() if env[v].is_floating_point() else env[v].detach() for v in inst.inputs]
         floats = [x for x in xs if x.is_floating_point() and x.numel()]
         if not floats:
             return None
@@ -531,7 +531,7 @@ class _Search:
         def fits(c: float) -> bool:
             try:
                 with torch.no_grad():
-                    out = fn(attrs, *(x.double().clamp(-c, c) if x.is_floating_point() else x for x in xs))
+                    out = fn(attrs, *(x.clamp(-c, c) if x.is_floating_point() else x for x in xs))
             except Exception:  # an op that refuses float64 inputs: no cap from it, halving then
                 return False
             outs = out if isinstance(out, tuple | list) else [out]
