@@ -23,6 +23,11 @@ x crossing 0 would break), and ops that feed none run last: a step on an op does
 not pay for a heavy ConvTranspose beside it. Float leaves that Asin, Acos, Sqrt,
 Log or Log2 read directly are projected into those domains after every step.
 
+Before the first step on a new target, one common scale (`_Search.scale_down`):
+its cone's float leaves at 1/4, 1/16, ... of their values, kept at the first
+that makes it valid. Values drawn from [1, 9] grow through products, sums and
+convolutions by orders of magnitude past Asin's [-1, 1] or float16's range.
+
 How a step is taken (`MaskedAdam`, `search_values`): Adam's direction, scaled
 by each value's magnitude (at least 1) and by its trust, moving only elements
 whose gradient is non-zero now. A step that made its target worse or broke an
@@ -73,6 +78,7 @@ LEAF_DOMAINS = {
 # Vulnerable ops by how narrow their domains are (`_Search.order`): the others come after.
 NARROW_FIRST = {"Asin": 0, "Acos": 0, "Log": 1, "Log2": 1, "Sqrt": 2, "Pow": 3, "Reciprocal": 4, "Div": 4}
 CAP_HALVINGS = 24  # `_Search.fitting_cap` looks as far as 2**-24 of the largest input
+SCALE_PROBES = 8  # `_Search.scale_down` tries 1/4, 1/16, ... 1/4**8 of the cone's float values
 MAX_BOOST = 256.0  # the most a plateau lengthens steps
 BOOL_MASTER = (0.25, 0.75)  # masters of False and True: one step of lr 0.5 flips them
 
@@ -550,6 +556,39 @@ class _Search:
             lo, hi = (lo, mid) if fits(top / 2**mid) else (mid, hi)
         return top / 2**hi
 
+    def scale_down(self, k: int, runs: float, deadline: float) -> tuple[bool, int]:
+        """Op k has just become the target: run the graph with every float leaf of its cone
+        scaled towards 0 by one factor, 1/4, 1/16, ... (at most `runs` runs, no steps),
+        and keep the first at which op k and the ops before it are valid. Values drawn
+        from [1, 9] multiply through products, convolutions and sums into magnitudes far
+        outside Asin's [-1, 1] or float16's range; one common scale takes every element
+        inside at once, where gradient steps shrink each by half at most and then chase
+        the last few across the boundary. Stops at `deadline` (perf_counter seconds).
+        Returns whether a scale was kept and how many runs it took; when none is, the
+        leaves are as they were."""
+        leaves = [v for v in sorted(self.cones[k]) if not self.discrete(v)]
+        if not leaves:
+            return False, 0
+        start = {v: self.masters[v].detach().clone() for v in leaves}
+        tried = 0
+        for j in range(1, int(min(SCALE_PROBES, runs)) + 1):
+            if time.perf_counter() >= deadline:
+                break
+            with torch.no_grad():
+                for v in leaves:
+                    self.masters[v].copy_(start[v] * 4.0**-j)
+            self.clamp_masters()
+            tried += 1
+            # With autograd on, as the search's own runs: the kept scale's run is reused.
+            bad, _, _ = self.first_invalid()
+            if bad is None or self.rank[bad] > self.rank[k]:
+                return True, tried
+        if tried:
+            with torch.no_grad():
+                for v in leaves:
+                    self.masters[v].copy_(start[v])
+        return False, tried
+
     def _outside(self, k: int, env: dict[int, torch.Tensor]) -> bool:
         with torch.no_grad():
             ins = [env[v].detach() for v in self.graph.insts[k].inputs]
@@ -571,8 +610,11 @@ def search_values(
     """Find NaN/Inf-free values for `graph` within `budget_ms` (and `max_iters`, if set).
 
     Each iteration runs the graph up to the first op with a NaN/Inf output.
-    The gradient method then judges its previous step: a step is kept when
-    its target's loss went down or the target became valid. When the loss
+    On an op that has just become the target (once per restart), the gradient
+    method first tries a common scale of its cone's float leaves
+    (`_Search.scale_down`); where none makes it valid, it steps. It judges
+    its previous step: a step is kept when its target's loss went down or the
+    target became valid. When the loss
     went up, or an op before the target broke (a full-size step overshoots
     products of many moving values, and fixing a later op must not break an
     earlier one), the elements the violated loss has a gradient in (where the
@@ -631,6 +673,7 @@ def search_values(
     guards: set[int] = set()  # ops before the target that a step on it broke
     aim = 0  # the target's loss being followed
     caps: dict[int, float] = {}  # the overflow guard's cap per op, while the target stays
+    scaled: set[tuple[int, int]] = set()  # (target, restart) pairs `scale_down` has tried
 
     def give_up(bad: int) -> None:
         """Nothing more to follow on `bad`: redraw what feeds it, or everything."""
@@ -747,6 +790,13 @@ def search_values(
         if loss is None or not loss.requires_grad:
             give_up(bad)  # no loss explains the NaN/Inf, or no value upstream can move
             continue
+        if target != bad and (bad, s.restarts) not in scaled:  # a new target: one common scale first
+            scaled.add((bad, s.restarts))
+            _, runs = s.scale_down(bad, (max_iters or math.inf) - iters, deadline)
+            if runs:  # the leaves were written (if only to undo): run again from them
+                iters += runs
+                target, pending = None, None
+                continue
         if target != bad:  # a new target resets Adam, its step control and the guards
             target, opt, steps, best, stall = bad, MaskedAdam(s.trainable(), lr, s.jitter), 0, math.inf, 0
             guards, aim = set(), which
