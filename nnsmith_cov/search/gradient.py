@@ -556,38 +556,60 @@ class _Search:
             lo, hi = (lo, mid) if fits(top / 2**mid) else (mid, hi)
         return top / 2**hi
 
-    def scale_down(self, k: int, runs: float, deadline: float) -> tuple[bool, int]:
-        """Op k has just become the target: run the graph with every float leaf of its cone
-        scaled towards 0 by one factor, 1/4, 1/16, ... (at most `runs` runs, no steps),
-        and keep the first at which op k and the ops before it are valid. Values drawn
-        from [1, 9] multiply through products, convolutions and sums into magnitudes far
-        outside Asin's [-1, 1] or float16's range; one common scale takes every element
-        inside at once, where gradient steps shrink each by half at most and then chase
-        the last few across the boundary. Stops at `deadline` (perf_counter seconds).
-        Returns whether a scale was kept and how many runs it took; when none is, the
-        leaves are as they were."""
+    def scale_down(self, k: int, env: dict[int, torch.Tensor], runs: float, deadline: float) -> tuple[bool, int]:
+        """Op k has just become the target (`env`: the run that found it): run the graph
+        with every float leaf of its cone scaled towards 0 by one factor, 1/4, 1/16, ...
+        (at most `runs` runs, none past `deadline` in perf_counter seconds), and keep the
+        first at which op k and the ops before it are valid. Values drawn from [1, 9]
+        multiply through products, convolutions and sums into magnitudes far outside
+        Asin's [-1, 1] or float16's range; one common scale takes every element inside
+        at once, where gradient steps shrink each by half at most and then chase the
+        last few across the boundary. Where no scale makes op k valid, the one that left
+        it least violated (`_violation`) is kept if a smaller one did worse again; a
+        violation that only shrinks with the leaves (-(x * y) for positive x and y)
+        approaches the boundary and never crosses it, and the values stay as they were.
+        Returns whether op k was made valid and how many runs it took."""
         leaves = [v for v in sorted(self.cones[k]) if not self.discrete(v)]
         if not leaves:
             return False, 0
         start = {v: self.masters[v].detach().clone() for v in leaves}
+        best, least = 0, self._violation(k, env)
         tried = 0
         for j in range(1, int(min(SCALE_PROBES, runs)) + 1):
             if time.perf_counter() >= deadline:
                 break
-            with torch.no_grad():
-                for v in leaves:
-                    self.masters[v].copy_(start[v] * 4.0**-j)
-            self.clamp_masters()
-            tried += 1
+            self._scale(start, 4.0**-j)
+            tried = j
             # With autograd on, as the search's own runs: the kept scale's run is reused.
-            bad, _, _ = self.first_invalid()
+            bad, env, _ = self.first_invalid()
             if bad is None or self.rank[bad] > self.rank[k]:
                 return True, tried
-        if tried:
-            with torch.no_grad():
-                for v in leaves:
-                    self.masters[v].copy_(start[v])
+            if bad == k and (v := self._violation(k, env)) < least:
+                best, least = j, v
+        if best == tried:  # still falling at the last scale tried: no better than the start
+            best = 0
+        if best != tried:
+            self._scale(start, 4.0**-best)
         return False, tried
+
+    def _scale(self, start: dict[int, torch.Tensor], factor: float) -> None:
+        with torch.no_grad():
+            for v, a in start.items():
+                self.masters[v].copy_(a * factor)
+        self.clamp_masters()
+
+    def _violation(self, k: int, env: dict[int, torch.Tensor]) -> tuple[int, float]:
+        """How far op k is from valid, smaller being nearer: its first positive domain loss
+        (a later one is nearer), or where all hold (an overflow) how many of its float
+        outputs' elements are NaN/Inf."""
+        with torch.no_grad():
+            ins = [env[v].detach() for v in self.graph.insts[k].inputs]
+            losses = self.runner.spec(k).domain(self.runner.attrs(k), *ins)
+            for i, x in enumerate(losses):
+                if float(x) > 0:
+                    return -i, float(x)
+            outs = [env[v] for v in self.graph.insts[k].outputs if env[v].is_floating_point()]
+            return -len(losses), float(sum(int((~torch.isfinite(o.detach())).sum()) for o in outs))
 
     def _outside(self, k: int, env: dict[int, torch.Tensor]) -> bool:
         with torch.no_grad():
@@ -792,7 +814,7 @@ def search_values(
             continue
         if target != bad and (bad, s.restarts) not in scaled:  # a new target: one common scale first
             scaled.add((bad, s.restarts))
-            _, runs = s.scale_down(bad, (max_iters or math.inf) - iters, deadline)
+            _, runs = s.scale_down(bad, env, (max_iters or math.inf) - iters, deadline)
             if runs:  # the leaves were written (if only to undo): run again from them
                 iters += runs
                 target, pending = None, None
