@@ -649,6 +649,33 @@ def test_a_new_target_is_first_scaled_into_its_domain_at_once(monkeypatch):
     assert stepped.ok and stepped.iterations > r.iterations
 
 
+def test_a_common_scale_rounds_integer_leaves_but_leaves_booleans():
+    # Asin(Cast(n) * x * Cast(b)): n int32 and x from [1, 9], b bool. With proxy derivatives
+    # n's master scales with x (and rounds); b's is never scaled (it would read False).
+    i32, v, bv = ((8,), DType.int32), ((8,), F32), ((8,), BOOL)
+    body = [
+        ("CastF32", {}, (0,), v),
+        ("CastF32", {}, (2,), v),
+        ("Mul", {}, (3, 1), v),
+        ("Mul", {}, (5, 4), v),
+        ("Asin", {}, (6,), v),
+    ]
+    g = _net([i32, v, bv], body)
+    for proxy, moved in ((True, {0, 1}), (False, {1})):
+        s = gradient._Search(g, 0, INIT, proxy=proxy)
+        assert s.masters[2].requires_grad is proxy
+        with torch.no_grad():
+            s.masters[2].fill_(gradient.BOOL_MASTER[1])  # every b True: the product is x * n
+        bad, env, _ = s.first_invalid()
+        before = {v: m.detach().clone() for v, m in s.masters.items()}
+        kept, runs = s.scale_down(bad, env, math.inf, math.inf)
+        assert kept and runs >= 1
+        assert {v for v in before if not torch.equal(s.masters[v], before[v])} == moved
+        assert torch.equal(s.masters[1], before[1] * 4.0**-runs)
+        n = s.env()[0][0]
+        assert (n.abs() <= before[0].abs()).all() and n.dtype == torch.int32
+
+
 def test_a_scale_that_falls_short_is_kept_only_at_a_least_violation():
     v = ((16,), F32)
     # Asin(x + 1 / x) from [1, 9] holds nowhere; its violation is least at 1/4 of the start

@@ -558,9 +558,10 @@ class _Search:
 
     def scale_down(self, k: int, env: dict[int, torch.Tensor], runs: float, deadline: float) -> tuple[bool, int]:
         """Op k has just become the target (`env`: the run that found it): run the graph
-        with every float leaf of its cone scaled towards 0 by one factor, 1/4, 1/16, ...
-        (at most `runs` runs, none past `deadline` in perf_counter seconds), and keep the
-        first at which op k and the ops before it are valid. Values drawn from [1, 9]
+        with every float leaf of its cone (and integer, with proxy derivatives) scaled
+        towards 0 by one factor, 1/4, 1/16, ... (at most `runs` runs, none past
+        `deadline` in perf_counter seconds), and keep the first at which op k and the
+        ops before it are valid. Values drawn from [1, 9]
         multiply through products, convolutions and sums into magnitudes far outside
         Asin's [-1, 1] or float16's range; one common scale takes every element inside
         at once, where gradient steps shrink each by half at most and then chase the
@@ -569,7 +570,11 @@ class _Search:
         violation that only shrinks with the leaves (-(x * y) for positive x and y)
         approaches the boundary and never crosses it, and the values stay as they were.
         Returns whether op k was made valid and how many runs it took."""
-        leaves = [v for v in sorted(self.cones[k]) if not self.discrete(v)]
+        # The leaves the search moves (integers too, with proxy derivatives: their masters
+        # scale and round), but booleans: a master scaled below 0.5 is just False.
+        leaves = [
+            v for v in sorted(self.cones[k]) if self.masters[v].requires_grad and self._dtype(v) is not DType.bool
+        ]
         if not leaves:
             return False, 0
         start = {v: self.masters[v].detach().clone() for v in leaves}
