@@ -24,9 +24,10 @@ not pay for a heavy ConvTranspose beside it. Float leaves that Asin, Acos, Sqrt,
 Log or Log2 read directly are projected into those domains after every step.
 
 Before the first step on a new target, one common scale (`_Search.scale_down`):
-its cone's float leaves at 1/4, 1/16, ... of their values, kept at the first
-that makes it valid. Values drawn from [1, 9] grow through products, sums and
-convolutions by orders of magnitude past Asin's [-1, 1] or float16's range.
+the leaves of its cone at 1/4, 1/16, ... of their values, kept at the first that
+makes it valid (else at its least violation, if smaller scales did worse again).
+Values drawn from [1, 9] grow through products, sums and convolutions by orders of
+magnitude past Asin's [-1, 1] or float16's range.
 
 How a step is taken (`MaskedAdam`, `search_values`): Adam's direction, scaled
 by each value's magnitude (at least 1) and by its trust, moving only elements
@@ -78,7 +79,7 @@ LEAF_DOMAINS = {
 # Vulnerable ops by how narrow their domains are (`_Search.order`): the others come after.
 NARROW_FIRST = {"Asin": 0, "Acos": 0, "Log": 1, "Log2": 1, "Sqrt": 2, "Pow": 3, "Reciprocal": 4, "Div": 4}
 CAP_HALVINGS = 24  # `_Search.fitting_cap` looks as far as 2**-24 of the largest input
-SCALE_PROBES = 8  # `_Search.scale_down` tries 1/4, 1/16, ... 1/4**8 of the cone's float values
+SCALE_PROBES = 8  # `_Search.scale_down` tries 1/4, 1/16, ... 1/4**8 of the cone's values
 MAX_BOOST = 256.0  # the most a plateau lengthens steps
 BOOL_MASTER = (0.25, 0.75)  # masters of False and True: one step of lr 0.5 flips them
 
@@ -561,11 +562,11 @@ class _Search:
         with every float leaf of its cone (and integer, with proxy derivatives) scaled
         towards 0 by one factor, 1/4, 1/16, ... (at most `runs` runs, none past
         `deadline` in perf_counter seconds), and keep the first at which op k and the
-        ops before it are valid. Values drawn from [1, 9]
-        multiply through products, convolutions and sums into magnitudes far outside
-        Asin's [-1, 1] or float16's range; one common scale takes every element inside
-        at once, where gradient steps shrink each by half at most and then chase the
-        last few across the boundary. Where no scale makes op k valid, the one that left
+        ops before it are valid. Values drawn from [1, 9] multiply through products,
+        convolutions and sums into magnitudes far outside Asin's [-1, 1] or float16's
+        range; one common scale takes every element inside at once, where gradient
+        steps shrink each by half at most and then chase the last few across the
+        boundary. Where no scale makes op k valid, the one that left
         it least violated (`_violation`) is kept if a smaller one did worse again; a
         violation that only shrinks with the leaves (-(x * y) for positive x and y)
         approaches the boundary and never crosses it, and the values stay as they were.
@@ -607,19 +608,21 @@ class _Search:
         """How far op k is from valid, smaller being nearer: its first positive domain loss
         (a later one is nearer), or where all hold (an overflow) how many of its float
         outputs' elements are NaN/Inf."""
-        with torch.no_grad():
-            ins = [env[v].detach() for v in self.graph.insts[k].inputs]
-            losses = self.runner.spec(k).domain(self.runner.attrs(k), *ins)
-            for i, x in enumerate(losses):
-                if float(x) > 0:
-                    return -i, float(x)
-            outs = [env[v] for v in self.graph.insts[k].outputs if env[v].is_floating_point()]
-            return -len(losses), float(sum(int((~torch.isfinite(o.detach())).sum()) for o in outs))
+        losses = self._losses(k, env)
+        for i, x in enumerate(losses):
+            if float(x) > 0:
+                return -i, float(x)
+        outs = [env[v].detach() for v in self.graph.insts[k].outputs if env[v].is_floating_point()]
+        return -len(losses), float(sum(int((~torch.isfinite(o)).sum()) for o in outs))
 
     def _outside(self, k: int, env: dict[int, torch.Tensor]) -> bool:
+        return any(bool(x > 0) for x in self._losses(k, env))
+
+    def _losses(self, k: int, env: dict[int, torch.Tensor]) -> list[torch.Tensor]:
+        """Op k's domain losses on its inputs in `env`, without autograd."""
         with torch.no_grad():
             ins = [env[v].detach() for v in self.graph.insts[k].inputs]
-            return any(bool(x > 0) for x in self.runner.spec(k).domain(self.runner.attrs(k), *ins))
+            return self.runner.spec(k).domain(self.runner.attrs(k), *ins)
 
 
 def search_values(
@@ -638,8 +641,9 @@ def search_values(
 
     Each iteration runs the graph up to the first op with a NaN/Inf output.
     On an op that has just become the target (once per restart), the gradient
-    method first tries a common scale of its cone's float leaves
-    (`_Search.scale_down`); where none makes it valid, it steps. It judges
+    method first tries a common scale of the leaves of its cone
+    (`_Search.scale_down`, each run an iteration); where none makes it valid,
+    it steps. It judges
     its previous step: a step is kept when its target's loss went down or the
     target became valid. When the loss
     went up, or an op before the target broke (a full-size step overshoots
