@@ -533,7 +533,7 @@ class _Search:
         if not floats:
             return None
         top = max(float(x.abs().max()) for x in floats)
-        fn, attrs = self.runner.module.spec(k).forward, self.runner.attrs(k)
+        fn, attrs = self.runner.spec(k).forward, self.runner.attrs(k)
 
         def fits(c: float) -> bool:
             try:
@@ -566,11 +566,11 @@ class _Search:
         convolutions and sums into magnitudes far outside Asin's [-1, 1] or float16's
         range; one common scale takes every element inside at once, where gradient
         steps shrink each by half at most and then chase the last few across the
-        boundary. Where no scale makes op k valid, the one that left
-        it least violated (`_violation`) is kept if a smaller one did worse again; a
-        violation that only shrinks with the leaves (-(x * y) for positive x and y)
-        approaches the boundary and never crosses it, and the values stay as they were.
-        Returns whether op k was made valid and how many runs it took."""
+        boundary. Where no scale makes op k valid, the one that left it least violated
+        (`_violation`) is kept if a smaller one did worse again; a violation that only
+        shrinks with the leaves (-(x * y) for positive x and y) approaches the boundary
+        and never crosses it, and the values stay as they were. Returns whether op k
+        was made valid and how many runs it took."""
         # The leaves the search moves (integers too, with proxy derivatives: their masters
         # scale and round), but booleans: a master scaled below 0.5 is just False.
         leaves = [
@@ -639,31 +639,28 @@ def search_values(
 ) -> SearchResult:
     """Find NaN/Inf-free values for `graph` within `budget_ms` (and `max_iters`, if set).
 
-    Each iteration runs the graph up to the first op with a NaN/Inf output.
-    On an op that has just become the target (once per restart), the gradient
-    method first tries a common scale of the leaves of its cone
-    (`_Search.scale_down`, each run an iteration); where none makes it valid,
-    it steps. It judges
-    its previous step: a step is kept when its target's loss went down or the
-    target became valid. When the loss
-    went up, or an op before the target broke (a full-size step overshoots
-    products of many moving values, and fixing a later op must not break an
-    earlier one), the elements the violated loss has a gradient in (where the
-    target's loss grew, the gradient of its terms that grew) are moved
-    back to where the step started and their trust (`MaskedAdam`) is halved;
-    the other elements keep their move, and the next iteration judges the
-    result again. Once nothing of the step is left, it is taken again as far
-    as each element is trusted now. A kept step restores its elements' trust
-    by half, up to 1; Adam's moments and the trust are reset on every new
-    target and loss. An op a step broke becomes a guard: until the target
-    changes, its domain losses with a margin of GUARD_MARGIN hold still the
-    elements the target would push towards its boundary (`_step_grads`), as
-    do the target's own earlier losses (a Pow made valid in its base must
-    stay so while y * log(x) is brought down). A kept step after which the
-    target's loss is the same to the bit stands on a plateau that proxy
-    derivatives lead across (Floor, Sign, a saturated FakeQuantize): the next
-    step goes twice as far, up to MAX_BOOST times. An op with a NaN/Inf output
-    that no domain loss explains (an overflow) follows `overflow_guard`.
+    Each iteration runs the graph up to the first op with a NaN/Inf output. On an op
+    that has just become the target (once per restart), the gradient method first
+    tries a common scale of the leaves of its cone (`_Search.scale_down`, each run
+    an iteration); where none makes it valid, it steps. It judges its previous step:
+    a step is kept when its target's loss went down or the target became valid. When
+    the loss went up, or an op before the target broke (a full-size step overshoots
+    products of many moving values, and fixing a later op must not break an earlier
+    one), the elements the violated loss has a gradient in (where the target's loss
+    grew, the gradient of its terms that grew) are moved back to where the step
+    started and their trust (`MaskedAdam`) is halved; the other elements keep their
+    move, and the next iteration judges the result again. Once nothing of the step
+    is left, it is taken again as far as each element is trusted now. A kept step
+    restores its elements' trust by half, up to 1; Adam's moments and the trust are
+    reset on every new target and loss. An op a step broke becomes a guard: until
+    the target changes, its domain losses with a margin of GUARD_MARGIN hold still
+    the elements the target would push towards its boundary (`_step_grads`), as do
+    the target's own earlier losses (a Pow made valid in its base must stay so while
+    y * log(x) is brought down). A kept step after which the target's loss is the
+    same to the bit stands on a plateau that proxy derivatives lead across (Floor,
+    Sign, a saturated FakeQuantize): the next step goes twice as far, up to
+    MAX_BOOST times. An op with a NaN/Inf output that no domain loss explains (an
+    overflow) follows `overflow_guard`.
 
     Beyond Algorithm 3's restarts on a zero gradient, the gradient method also
     restarts when one target's loss has not improved for `patience` steps,
