@@ -47,6 +47,16 @@ def _unary(net: Net, op: str | None, x: int, attrs: dict | None = None) -> int:
     return x if op is None else net.add(op, attrs or {}, [x], [net.types[x]]).outputs[0]
 
 
+def _classifier(net: Net, x: int, draw: ChoiceSource, ops: Sequence[type[OpSpec]]) -> Net:
+    """The head the CNN and the MLP share: Linear to a drawn number of classes, then
+    Softmax where allowed; `x` becomes the net's one output."""
+    x = _linear(net, x, draw.integer("lemon.classes", 2, 10))
+    if allowed(ops, "Softmax"):
+        x = _unary(net, "Softmax", x, {"dim": 1})
+    net.outputs = [x]
+    return net
+
+
 def cnn(draw: ChoiceSource, ops: Sequence[type[OpSpec]]) -> Net:
     """Conv2d (same padding) -> act -> MaxPool2d 2x2 -> Conv2d -> act -> Flatten -> Linear -> Softmax."""
     net = Net()
@@ -68,11 +78,7 @@ def cnn(draw: ChoiceSource, ops: Sequence[type[OpSpec]]) -> Net:
             }
             x = net.add("MaxPool2d", pool | {"ceil": False}, [x], [TensorType((b, c_out, h, w), F32)]).outputs[0]
     x = net.add("Flatten", {"start": 1, "end": 3}, [x], [TensorType((b, c2 * h * w), F32)]).outputs[0]
-    x = _linear(net, x, draw.integer("lemon.classes", 2, 10))
-    if allowed(ops, "Softmax"):
-        x = _unary(net, "Softmax", x, {"dim": 1})
-    net.outputs = [x]
-    return net
+    return _classifier(net, x, draw, ops)
 
 
 def mlp(draw: ChoiceSource, ops: Sequence[type[OpSpec]]) -> Net:
@@ -82,11 +88,7 @@ def mlp(draw: ChoiceSource, ops: Sequence[type[OpSpec]]) -> Net:
     x = net.add_input(TensorType((b, draw.integer("lemon.features", 4, 32)), F32))
     for _ in range(2):
         x = _unary(net, _act(draw, ops), _linear(net, x, draw.integer("lemon.hidden", 4, 32)))
-    x = _linear(net, x, draw.integer("lemon.classes", 2, 10))
-    if allowed(ops, "Softmax"):
-        x = _unary(net, "Softmax", x, {"dim": 1})
-    net.outputs = [x]
-    return net
+    return _classifier(net, x, draw, ops)
 
 
 def rnn(draw: ChoiceSource, ops: Sequence[type[OpSpec]]) -> Net:

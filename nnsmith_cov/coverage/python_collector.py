@@ -33,6 +33,22 @@ from nnsmith_cov.coverage.universe import Universe
 
 DEFAULT_PACKAGES = ("tvm", "torch.onnx")
 CACHE_SCHEMA = 2
+# The static analysis of the measured files, cached per machine: cache_dir/python-<key>.bin,
+# <key> the first 20 hex digits of a SHA-256 over CACHE_SCHEMA, coverage.py's version, Python's
+# (major, minor) and every file's relative name, size and mtime (`_cache_key`): a changed file
+# makes a new cache, never a stale read. The file is zlib(msgpack map); nothing is pickled.
+# A schema other than CACHE_SCHEMA, or an unreadable file, is analysed again (`_load_cache`).
+#
+#   {"schema": 2,
+#    "universe": <Universe.to_bytes(): zlib(msgpack {"collector": "python", "kind": "arc",
+#                 "build": {"tvm": "0.27.0", "torch.onnx": "2.13.0+cpu"},
+#                 "files": ["torch/onnx/_constants.py", "tvm/relax/op/base.py", ...],
+#                 "file_of" / "line" / "target": <int32le per branch>, ...})>,
+#    "rules": {"tvm/relax/op/base.py":              (`_FileRules.to_wire`, per file with arcs)
+#                [[[41, 40], [57, 55]],             multiline: [line, first line of its statement]
+#                 [[120, -118, 121, -118],          fixers: recorded arc (120, -118) counts as (121, -118)
+#                  [133, 140, null, null]]],        ... and (133, 140) is dropped
+#              ...}}
 _PACK_MASK = 0xFFFFFFF  # CTracer packs an arc as l1 | l2 << 28, with sign bits 56 and 57
 
 
