@@ -15,12 +15,15 @@ pass-only share), worker start-up with and without the collector (attach, self-c
 warm-up included), the per-run time on both (median and total of the worker's own time,
 split into session creation and execution, and the parent's round trip), slots per model,
 calibration (runs re-run, their cost, slots masked), and the same models a second time
-(steady state: blocks compiled and calibrated already).
+(steady state: blocks compiled and calibrated already). With --backend tvm the same for TVM's
+compiler (libtvm_compiler.so; models of ops TVM accepts, compiled at OPT and run), with the
+median compile time natively and under the collector.
 
 Both print the parent's per-test bookkeeping (wire decode, map update).
 
     python scripts/bench_coverage.py [--collector python|binary] [--models 40] [--nodes 10] [--seed 0]
         [--models-file PATH]   # binary: load the exported models from PATH, or save them there
+        [--backend ort|tvm]    # binary: ORT's module (default) or TVM's compiler (libtvm_compiler.so)
 
 Native (llvm) collection of a real graph optimizer: scripts/bench_coverage_llvm.py.
 """
@@ -164,7 +167,7 @@ def bench_python(args: argparse.Namespace) -> None:
 
 def exported_models(worker: WorkerHandle, args: argparse.Namespace) -> list[tuple[bytes, dict[str, np.ndarray]]]:
     """(ONNX bytes, inputs) of the benchmark's models: from --models-file when it exists, else
-    generated for ORT (and saved there), so that runs on different code measure the same models."""
+    generated for the backend (and saved there), so that runs on different code measure the same models."""
     from nnsmith_cov.materialize.model_dir import materialize_and_export
 
     path = Path(args.models_file) if args.models_file else None
@@ -175,7 +178,7 @@ def exported_models(worker: WorkerHandle, args: argparse.Namespace) -> list[tupl
         except (ValueError, KeyError, TypeError, msgpack.UnpackException) as e:
             raise SystemExit(f"bench_coverage: {path} is not a models file of this script ({e})") from None
     out = []
-    ops = supported_ops(worker, "ort")
+    ops = supported_ops(worker, args.backend)
     for _, graph, search in valid_graphs(GenConfig(nodes=args.nodes, ops=ops), args.seed):
         if len(out) == args.models:
             break
@@ -199,10 +202,12 @@ def cpu_s(worker: WorkerHandle) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run_pass(plain: WorkerHandle, binary: WorkerHandle, cases: list) -> tuple[list[dict | None], dict[str, float]]:
+def run_pass(
+    plain: WorkerHandle, binary: WorkerHandle, cases: list, backend: str = "ort"
+) -> tuple[list[dict | None], dict[str, float]]:
     """Every model once on each worker; with each worker's CPU time per run over the pass."""
     before = {"plain": cpu_s(plain), "binary": cpu_s(binary)}
-    rows = [run_both(plain, binary, onnx_bytes, inputs) for onnx_bytes, inputs in cases]
+    rows = [run_both(plain, binary, onnx_bytes, inputs, backend) for onnx_bytes, inputs in cases]
     cpu = {"plain": cpu_s(plain) - before["plain"], "binary": cpu_s(binary) - before["binary"]}
     return rows, {k: 1e3 * v / max(1, len(cases)) for k, v in cpu.items()}
 
@@ -213,11 +218,13 @@ def timed(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - t0
 
 
-def run_both(plain: WorkerHandle, binary: WorkerHandle, onnx_bytes: bytes, inputs: dict) -> dict | None:
-    """One ORT run of a model on each worker: the worker's own stage times, the round trip, the hits."""
-    request = {"kind": "run", "backend": "ort", "opt": "opt", "onnx": onnx_bytes, "inputs": encode_arrays(inputs)}
-    a = plain.call(request, 120)
-    b = binary.call(request, 120)
+def run_both(
+    plain: WorkerHandle, binary: WorkerHandle, onnx_bytes: bytes, inputs: dict, backend: str = "ort"
+) -> dict | None:
+    """One run of a model on each worker: the worker's own stage times, the round trip, the hits."""
+    request = {"kind": "run", "backend": backend, "opt": "opt", "onnx": onnx_bytes, "inputs": encode_arrays(inputs)}
+    a = plain.call(request, 600)
+    b = binary.call(request, 600)
     if a.msg is None or b.msg is None or a.msg["kind"] != "outputs" or b.msg["kind"] != "outputs":
         return None
     return {
@@ -244,6 +251,12 @@ def print_runs(title: str, rows: list[dict], cpu: dict[str, float]) -> None:
     binary = [sum(r["binary"].values()) for r in rows]
     over = med(b - p for b, p in zip(binary, plain))
     print(f"  per-run overhead: median {over:+.1f} ms, x{med(binary) / med(plain):.1f} (medians)")
+    native_c, followed_c = (med(r[side].get("compile", 0.0) for r in rows) for side in ("plain", "binary"))
+    ratio = med(r["binary"].get("compile", 0.0) / max(r["plain"].get("compile", 0.0), 1e-9) for r in rows)
+    print(
+        f"  compile: median {native_c:.1f} ms native, {followed_c:.1f} ms under the collector "
+        f"(x{followed_c / max(native_c, 1e-9):.2f} of the medians; median per-model ratio x{ratio:.2f})"
+    )
     print(
         f"  round trip: plain median {med(r['plain_rt'] for r in rows):.1f} ms, "
         f"binary {med(r['binary_rt'] for r in rows):.1f} ms (calibration included), "
@@ -257,16 +270,16 @@ def print_runs(title: str, rows: list[dict], cpu: dict[str, float]) -> None:
 
 def bench_binary(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        plain = WorkerHandle(["ort"], Path(tmp) / "plain.log")
-        binary = WorkerHandle(["ort"], Path(tmp) / "binary.log", collector="binary")
+        plain = WorkerHandle([args.backend], Path(tmp) / "plain.log")
+        binary = WorkerHandle([args.backend], Path(tmp) / "binary.log", collector="binary")
         try:
             plain_start = timed(plain.start)
             binary_start = timed(binary.start)
             u = binary.universe()
             cases = exported_models(plain, args)
-            rows, rows_cpu = run_pass(plain, binary, cases)
+            rows, rows_cpu = run_pass(plain, binary, cases, args.backend)
             # The same models again: their blocks are compiled and calibrated already (steady state).
-            again, again_cpu = run_pass(plain, binary, cases)
+            again, again_cpu = run_pass(plain, binary, cases, args.backend)
             stats = binary.attachment.stats()
             masked = len(binary.unstable)
         finally:
@@ -279,12 +292,13 @@ def bench_binary(args: argparse.Namespace) -> None:
     labelled = len(np.unique(u.line[u.file_of != module_label]))
     print(f"universe {u.ident}: {len(u)} slots over {functions} functions of {', '.join(u.build)}")
     print(f"  functions with a source-path label: {labelled} ({100 * labelled / functions:.1f}%)")
-    print(f"  pass-only ({PASS_FILTERS['binary'][0]}): {int(passes.sum())} slots")
+    print(f"  pass-only ({', '.join(PASS_FILTERS['binary'])}): {int(passes.sum())} slots")
     print(f"worker start: plain {plain_start:.1f} s, binary {binary_start:.1f} s (attach, self-check, warm-up)")
 
     ok = [r for r in rows if r is not None]
     seen = [r for r in again if r is not None]
-    title = f"\n{len(ok)} of {len(rows)} models ran on ORT (session creation at ORT_ENABLE_ALL + execute), new:"
+    what = "ORT (session creation at ORT_ENABLE_ALL + execute)" if args.backend == "ort" else "TVM (OPT + execute)"
+    title = f"\n{len(ok)} of {len(rows)} models ran on {what}, new:"
     print_runs(title, ok, rows_cpu)
     print_runs("the same models again (blocks compiled and calibrated already):", seen, again_cpu)
     cal = [r["calibration_ms"] for r in ok if r["reran"]]
@@ -310,6 +324,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--nodes", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--models-file", default="", help="binary: load the exported models here, or save them here")
+    ap.add_argument("--backend", choices=("ort", "tvm"), default="ort", help="binary: the compiler measured")
     args = ap.parse_args(argv)
     args.models = args.models or DEFAULT_MODELS[args.collector]
     (bench_binary if args.collector == "binary" else bench_python)(args)

@@ -191,7 +191,7 @@ def local() -> BinaryCollector:
 
 def test_stop_reads_every_nonzero_slot_but_the_masked(local: BinaryCollector) -> None:
     rng = np.random.default_rng(3)
-    n = local.layout.slots
+    n = local.slots
     local.start()
     slots = np.unique(np.concatenate([rng.integers(0, n, 500), [0, 7, 8, n - 1]]))
     local.map[slots] = rng.integers(1, 256, len(slots))
@@ -227,8 +227,8 @@ def test_measuring_thread_is_fresh_and_the_import_thread_ends(local: BinaryColle
 
 
 def test_only_backends_in_the_followed_module_run_on_the_measuring_thread(local: BinaryCollector) -> None:
-    """TVM's code is not in ORT's module: following it counts nothing, and code TVM generates at
-    reused addresses could run as stale translations; it runs where it is called."""
+    """TVM's compiler is not in ORT's module: following it here would count nothing; it runs where
+    it is called."""
     assert local.native("tvm") and local.native("trt")
     assert not local.native("ort") and not local.native("faulty_backends:Segfault")  # ORT underneath
     assert not local.native("nowhere:Nothing")  # a backend that does not say is followed
@@ -246,3 +246,172 @@ def test_self_check_covers_every_followed_backend(tmp_path) -> None:
             _run(w, "conv", spec)  # asserts the reply holds outputs
     finally:
         w.close()
+
+
+# -- TVM's compiler (libtvm_compiler.so from the wheel) ------------------------------------------
+
+
+class MissingLibrary:
+    """A backend that declares a library nothing provides."""
+
+    name = "missing"
+    native_module = "libnncov_no_such_library*.so"
+
+
+def test_modules_come_from_the_backends_declarations() -> None:
+    from nnsmith_cov.coverage.binary_collector import declared_modules
+
+    assert declared_modules(["ort", "tvm", "faulty_backends:Segfault"]) == [
+        "onnxruntime_pybind11_state*",
+        "libtvm_compiler.so",
+    ]
+    assert declared_modules(["nowhere:Nothing"]) == []
+
+
+def test_a_missing_declared_library_is_one_line() -> None:
+    from nnsmith_cov.coverage.collector import CollectorError
+
+    with pytest.raises(CollectorError) as e:
+        BinaryCollector([], backends=["test_coverage_binary:MissingLibrary"])
+    assert "libnncov_no_such_library" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_labels_bridge_a_file_and_name_namespaces() -> None:
+    from nnsmith_cov.coverage.binary_symbols import _namespace_folder, _normalize, bridge_labels
+
+    a, h = "src/relax/transform/fold_constant.cc", "include/tvm/ir/expr.h"
+    assert bridge_labels([a, None, h, a, None, "src/x.cc", None]) == [a, a, a, a, None, "src/x.cc", None]
+    assert _normalize("/project/src/relax/transform/fuse_ops.cc") == "src/relax/transform/fuse_ops.cc"
+    assert _normalize("/tmp/b/z3-0123456789abcdef0123/src/util/hashtable.h") == "z3/src/util/hashtable.h"
+    assert _normalize("/onnxruntime_src/onnxruntime/core/optimizer/x.cc") == "onnxruntime/core/optimizer/x.cc"
+    folder = _namespace_folder("tvm::relax::transform::FoldConstant()")
+    assert folder == "src/relax/transform/[tvm::relax::transform]"
+    assert _namespace_folder("tvm::ExprMutator::VisitExpr(tvm::RelaxExpr const&)") is None
+
+
+def _tvm_collector() -> BinaryCollector:
+    pytest.importorskip("tvm", reason="tvm is not installed")
+    return BinaryCollector([], backends=["tvm"])
+
+
+def test_tvm_compiler_is_found_without_a_flag_and_its_passes_are_labelled() -> None:
+    from nnsmith_cov.coverage.collector import pass_filters
+
+    c = _tvm_collector()
+    assert [os.path.basename(p) for p in c.paths] == ["libtvm_compiler.so"]
+    u = c.universe()
+    assert len(u) == c.slots and "libtvm_compiler.so" in u.build
+    # Pass-only works on the wheel: each pass folder holds labelled slots.
+    for folder in ("src/relax/transform/", "src/tirx/transform/", "src/s_tir/transform/"):
+        assert folder in pass_filters("binary") and u.file_mask([folder]).sum() > 10_000, folder
+    assert not c.native("tvm") and c.native("ort")
+
+
+def _tvm_run(worker: WorkerHandle, kind: str) -> tuple[set[int], dict[str, np.ndarray]]:
+    return _run(worker, kind, "tvm")
+
+
+@pytest.mark.slow
+def test_tvm_compiles_under_the_collector_like_natively(tmp_path) -> None:
+    """TVM's LLVM JIT maps code for every module it builds (constant folding builds and runs some
+    too): the agent places each at fresh addresses, so nothing stale runs. Outputs equal native
+    ones, a model's block set is stable, and different models reach different sets."""
+    pytest.importorskip("tvm", reason="tvm is not installed")
+    from nnsmith_cov.backends.base import Opt
+    from nnsmith_cov.backends.tvm import TvmBackend
+
+    w = _started(["tvm"], tmp_path / "worker.log")
+    try:
+        runs = {kind: [_tvm_run(w, kind) for _ in range(n)] for kind, n in (("add", 3), ("conv", 2))}
+        stats = w.attachment.stats()
+    finally:
+        w.close()
+    tvm = TvmBackend()
+    masked = set(w.unstable.tolist())
+    for kind, got in runs.items():
+        onnx_bytes, inputs = _model(kind)
+        native = tvm.run(tvm.compile(tvm.load(onnx_bytes), Opt.OPT), inputs)
+        for _, outputs in got:
+            assert outputs.keys() == native.keys()
+            assert all(outputs[k].tobytes() == native[k].tobytes() for k in native), kind
+        stable = [blocks - masked for blocks, _ in got]
+        assert stable[0] and all(s == stable[0] for s in stable[1:]), kind
+        assert len(masked & got[0][0]) < 0.1 * len(got[0][0]), kind
+    add, conv = (runs[k][0][0] - masked for k in ("add", "conv"))
+    assert conv - add and add != conv
+    assert stats["placed"] > 0  # generated code got fresh addresses
+
+
+_JIT_CHILD = r"""
+import ctypes, sys
+libc = ctypes.CDLL(None)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+print("ready", flush=True)  # attaching to an interpreter still starting up can crash frida's loader
+sys.stdin.readline()
+out, where = [], set()
+for value in (1, 2, 3):
+    a = libc.mmap(None, 4096, 3, 0x22, -1, 0)  # RW, anonymous: natively the address just freed
+    code = bytes([0xB8]) + value.to_bytes(4, "little") + bytes([0xC3])  # mov eax, value; ret
+    ctypes.memmove(a, code, len(code))
+    libc.mprotect(a, 4096, 5)  # made executable, as a JIT does
+    out.append(ctypes.CFUNCTYPE(ctypes.c_int)(a)())
+    libc.munmap(a, 4096)
+    where.add(a)
+print(out, len(where), flush=True)
+"""
+
+
+def test_code_generated_after_code_was_freed_runs_anew() -> None:
+    """What killed TVM under the agent: its JIT frees a function's code and the next function's
+    code gets the same address; Stalker, trusting blocks once compiled, ran the old translation
+    (here natively [1, 1, 1] at one address). The agent gives such mappings fresh addresses, so a
+    followed thread sees each function's own result."""
+    import subprocess
+    import sys
+
+    import frida
+
+    from nnsmith_cov.coverage.binary_agent import agent_source
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", _JIT_CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        try:
+            session = frida.attach(child.pid)
+        except (frida.PermissionDeniedError, frida.ProcessNotFoundError) as e:
+            pytest.skip(f"frida cannot attach here: {e}")
+        script = session.create_script(agent_source())
+        script.load()
+        # No module to count: the followed range is the whole address space, so the child's own
+        # mmap calls (through ctypes) count as the followed module's.
+        params = {"tid": child.pid, "base": "0", "lo": "0", "hi": str(1 << 47), "map": "0", "n": 0}
+        params |= {k: "0" for k in ("start", "length", "slot_base", "slot_mask")} | {"clear_avx512": 0}
+        script.exports_sync.init(params)
+        script.exports_sync.locate(params)
+        assert child.stdin is not None and child.stdout is not None
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "[1, 2, 3] 3"
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_several_modules_lie_end_to_end() -> None:
+    from nnsmith_cov.coverage.binary_collector import concat_universes
+    from nnsmith_cov.coverage.universe import Universe
+
+    def one(name: str, n: int) -> Universe:
+        i = np.arange(n, dtype=np.int32)
+        return Universe("binary", "block", {name: "id-" + name}, [name, f"src/{name}.cc"], i % 2, i, i)
+
+    a, b = one("liba.so", 5), one("libb.so", 3)
+    both = concat_universes([a, b])
+    assert concat_universes([a]) is a  # one module: its own universe, numbering unchanged
+    assert len(both) == 8 and both.build == {"liba.so": "id-liba.so", "libb.so": "id-libb.so"}
+    assert [both.key(i) for i in range(8)] == [a.key(i) for i in range(5)] + [b.key(i) for i in range(3)]

@@ -65,6 +65,8 @@ class Backend(Protocol):
         """Outputs keyed by the ONNX output names; raises BackendError(EXECUTE)."""
         ...
 
+    # Optional: `native_module`, a class attribute: the file-name glob of the shared object that
+    # holds the backend's compiled code, which the binary collector follows when not told otherwise.
     # Optional: `roundtrip(model) -> model`, the imported model printed in the backend's text
     # form and parsed back; raises BackendError(ROUNDTRIP). Tests whose graph asks for it
     # (GraphIR.roundtrip) compile what the parser made (see `has_roundtrip`).

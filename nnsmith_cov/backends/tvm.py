@@ -33,7 +33,9 @@ _O0_CONFIG = {"tirx.disable_vectorize": True, "tirx.disable_cse_tir": True, "tir
 
 class TvmBackend:
     name = "tvm"
-    native_module = "libtvm*"  # and the code it generates for each model, at addresses it reuses
+    # The compiler: Relax and TIR passes, arith, codegen, with LLVM and z3 linked in statically.
+    # libtvm_runtime.so (the VM, tensors) and tvm_ffi's library hold no compiler code.
+    native_module = "libtvm_compiler.so"
 
     def unavailable(self) -> str | None:
         return import_problem("tvm", "tvm.relax.frontend.onnx")

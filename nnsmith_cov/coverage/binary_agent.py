@@ -36,6 +36,18 @@ import thread never records), and Stalker keeps a block's first address valid fo
 context's life (a recompiled block that moves leaves a jump there, and is recorded
 again), so a hit is always an entry that Stalker itself would have taken.
 
+Generated code. TVM's LLVM JIT maps fresh anonymous memory for each module it builds
+(constant folding builds and runs some while compiling) and frees it after; the kernel hands
+the same addresses out again, and Stalker, trusting blocks from their first run, then ran the
+old module's translation there (TVM died under the agent with a SIGSEGV). Anonymous mappings the
+followed modules request without an address therefore get a hint never used before
+(`placeGeneratedCode`): new code always lands at new addresses. Stalker's own checks cannot do
+this (its trust threshold compares a block's bytes only until it is trusted, and at -1 nothing is
+linked, far too slow). Invalidating the blocks of a range when it is made executable again
+(`Stalker.invalidate` from an mprotect hook, on the followed thread) was tried first: the worker
+crashed soon after the first invalidation, not pursued. The cost: the translations of freed code
+stay in Stalker's cache, which grows with every module TVM builds.
+
 AVX-512. With `clear_avx512` (hosts with AVX-512) the transform clears bits 5-7 of EAX
 after every XGETBV the followed threads run, so the module believes the OS keeps no
 AVX-512 state and picks its AVX2 kernels: Stalker's own context switch does not
@@ -43,7 +55,9 @@ preserve the upper halves of zmm0-15, which corrupts results computed by AVX-512
 kernels. Some of those checks run lazily, at the first session, so the first session
 must be created on the measuring thread (the worker's self-check does that).
 
-params (all addresses as decimal strings, offsets are the module's ELF virtual addresses):
+params (all addresses as decimal strings; `start` holds ELF virtual addresses at `init`, and at
+`locate` the followed modules' function ranges at their load addresses, with `base` 0 and
+[`lo`, `hi`) spanning their mappings):
     {"tid": 4242, "base": "...", "lo": "...", "hi": "...", "map": "...", "n": 44186,
      "start": "...", "length": "...", "slot_base": "...", "slot_mask": "...", "clear_avx512": 0}
 """
@@ -51,6 +65,7 @@ params (all addresses as decimal strings, offsets are the module's ELF virtual a
 from __future__ import annotations
 
 BUCKET_BITS = 16  # 65,536 buckets of 4 entries: room for the ~100k blocks a worker compiles
+FRESH_CODE_BASE = 0x100000000000  # where generated code is placed, ever upwards (see placeGeneratedCode)
 
 TRANSFORM_C = r"""
 #include <gum/gumstalker.h>
@@ -278,6 +293,7 @@ AGENT_JS = r"""
 'use strict';
 const SOURCE = %s;
 const TABLE_BYTES = %d;
+const FRESH_CODE_BASE = '%s';
 let cm = null;
 let params = null;
 let table = null;  // held here: memory from Memory.alloc is freed with its last JS reference
@@ -287,6 +303,31 @@ let tid = 0;
 function fill(p) {
   const names = ['base', 'lo', 'hi', 'map', 'n', 'start', 'length', 'slot_base', 'slot_mask', 'clear_avx512'];
   names.forEach((name, k) => params.add(8 * k).writeU64(uint64(String(p[name]))));
+}
+
+const PAGE = 4096;
+const MAP_ANONYMOUS = 0x20;
+let fresh = ptr(FRESH_CODE_BASE);
+let placed = 0;
+
+// Code generated at run time (TVM's LLVM JIT) lives in anonymous memory the followed modules map,
+// and a mapping freed is soon handed out again: the next function's code lands where the last one
+// was, and Stalker, trusting blocks once compiled, would run the old translation there. So every
+// anonymous mapping those modules ask for without an address gets one never used before (a
+// hint, ever upwards from FRESH_CODE_BASE, one guard page apart): new code, new addresses.
+function placeGeneratedCode(lo, hi) {
+  Interceptor.attach(Module.getGlobalExportByName('mmap'), {
+    onEnter(args) {
+      const from = this.returnAddress;
+      if (!args[0].isNull() || (args[3].toInt32() & MAP_ANONYMOUS) === 0 || from.compare(lo) < 0 ||
+          from.compare(hi) >= 0)
+        return;
+      const size = args[1].add(PAGE - 1).and(ptr(PAGE - 1).not());
+      args[0] = fresh;
+      fresh = fresh.add(size).add(PAGE);
+      placed++;
+    },
+  });
 }
 
 rpc.exports = {
@@ -309,11 +350,12 @@ rpc.exports = {
     fill(p);
     Stalker.unfollow(importTid);
     tid = p.tid;
+    placeGeneratedCode(ptr(String(p.lo)), ptr(String(p.hi)));
     Stalker.follow(tid, { transform: cm.transform, data: ptr(1) });
   },
   stats() {
     const read = (k) => params.add(8 * k).readU64().toNumber();
-    return { blocks: read(10), outside: read(11), fast_returns: read(13) };
+    return { blocks: read(10), outside: read(11), fast_returns: read(13), placed };
   },
   stop() {
     if (tid) {
@@ -330,4 +372,4 @@ def agent_source() -> str:
     """The script text, with the C source embedded as a JS string literal."""
     import json
 
-    return AGENT_JS % (json.dumps(TRANSFORM_C), 64 << BUCKET_BITS)
+    return AGENT_JS % (json.dumps(TRANSFORM_C), 64 << BUCKET_BITS, hex(FRESH_CODE_BASE))

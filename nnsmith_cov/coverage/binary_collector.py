@@ -3,8 +3,10 @@
 A process cannot trace itself, so the parent drives Frida into the worker (see
 `binary_attach`); this half lives in the worker and owns everything per test:
 
-- the module (default ORT's `onnxruntime_pybind11_state*.so`, which holds all of ORT)
-  and its slot layout (`binary_symbols`), read from the file before it is loaded;
+- the modules: those given (`--binary-module`), else those the worker's backends declare
+  (their `native_module`: ORT's `onnxruntime_pybind11_state*.so`, which holds all of ORT;
+  TVM's `libtvm_compiler.so`), else ORT's; and their slot layouts (`binary_symbols`), read
+  from the files before they are loaded and cached; several modules' slots lie end to end;
 - the hit map, a numpy uint8 array the agent's inline counters write into: `start()`
   zeroes it, `stop()` returns its nonzero slots, as the llvm collector does;
 - the measuring thread: the agent follows this one thread for the worker's life, so
@@ -19,7 +21,9 @@ feature checks), then, once the module is loaded, to follow a fresh measuring th
 that counts its blocks. Two threads, each followed once, because a thread followed
 again while parked in code compiled for it before runs that stale code under the new
 follow. ORT runs with one intra-op and one inter-op thread, sequentially
-(`backends.ort`): no pool threads, so the followed thread sees all of ORT's work.
+(`backends.ort`), and TVM with one thread (`TVM_NUM_THREADS=1` in the worker): no pool
+threads, so the followed thread sees all of their work. Code TVM generates at run time is
+placed at fresh addresses by the agent (`binary_agent`).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import sys
 import threading
 import zlib
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any, TypeVar
@@ -47,7 +51,7 @@ from nnsmith_cov.coverage.covmap import Hits
 from nnsmith_cov.coverage.universe import Universe
 
 DEFAULT_MODULE = "onnxruntime_pybind11_state*"
-LAYOUT_SCHEMA = 2
+LAYOUT_SCHEMA = 3  # 3: labels from namespaces and neighbouring files too
 RECENT_INPUTS = 64  # inputs whose last run is remembered, to catch slots that vary between runs
 T = TypeVar("T")
 
@@ -64,16 +68,37 @@ def host_has_avx512() -> bool:
         return False
 
 
-def loaded_modules() -> dict[str, int]:
-    """Path -> load base (lowest mapping) of the files mapped into this process."""
-    out: dict[str, int] = {}
+def _file_mappings() -> dict[str, list[tuple[int, int, int]]]:
+    """Path -> (start, end, file offset) of each mapping of a file in this process."""
+    out: dict[str, list[tuple[int, int, int]]] = {}
     with open("/proc/self/maps") as f:
         for row in f:
             parts = row.split(maxsplit=5)
             if len(parts) == 6 and parts[5].startswith("/"):
                 path = parts[5].rstrip("\n").removesuffix(" (deleted)")
-                lo = int(parts[0].split("-")[0], 16) - int(parts[2], 16)
-                out[path] = min(out.get(path, lo), lo)
+                lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                out.setdefault(path, []).append((lo, hi, int(parts[2], 16)))
+    return out
+
+
+def _load_base(rows: list[tuple[int, int, int]]) -> int:
+    """Where the loader put a file: its mapping of offset 0 (the ELF header). Other mappings of the
+    file can lie anywhere (TVM maps pieces of its library to read unwind data for backtraces)."""
+    heads = [lo for lo, _, off in rows if off == 0]
+    return min(heads) if heads else min(lo - off for lo, _, off in rows)
+
+
+def loaded_modules() -> dict[str, int]:
+    """Path -> load base of the files mapped into this process."""
+    return {path: _load_base(rows) for path, rows in _file_mappings().items()}
+
+
+def mapped_ends() -> dict[str, int]:
+    """Path -> end of the file's highest mapping at or above its load base."""
+    out = {}
+    for path, rows in _file_mappings().items():
+        base = _load_base(rows)
+        out[path] = max((hi for lo, hi, _ in rows if lo >= base), default=base)
     return out
 
 
@@ -91,6 +116,11 @@ def find_module(pattern: str) -> str:
         for root in sys.path if not found else ():
             if os.path.isdir(root):
                 found = sorted(glob.glob(os.path.join(root, "*", pattern)) + glob.glob(os.path.join(root, pattern)))
+                if found:
+                    break
+        for root in sys.path if not found else ():  # a library a package keeps in a folder (tvm/lib/)
+            if os.path.isdir(root):
+                found = sorted(glob.glob(os.path.join(root, "*", "*", pattern)))
                 if found:
                     break
     found = [p for p in found if os.path.isfile(p)]
@@ -119,6 +149,29 @@ def cached_layout(path: str, cache_dir: Path) -> ModuleLayout:
     tmp.write_bytes(zlib.compress(msgpack.packb(body, use_bin_type=True), 6))
     tmp.replace(cache)
     return layout
+
+
+def declared_modules(backends: Sequence[str]) -> list[str]:
+    """The shared objects the backends declare their compiled code is in (`native_module`), in order."""
+    from nnsmith_cov.backends.registry import native_module
+
+    return list(dict.fromkeys(m for m in map(native_module, backends) if m))
+
+
+def concat_universes(parts: list[Universe]) -> Universe:
+    """Several modules' slot universes end to end, as one binary universe (files listed per module)."""
+    if len(parts) == 1:
+        return parts[0]
+    files: list[str] = []
+    file_of = []
+    for u in parts:
+        file_of.append(u.file_of + len(files))
+        files += u.files
+    build = {k: v for u in parts for k, v in u.build.items()}
+    cat = lambda k: np.concatenate([getattr(u, k) for u in parts]).astype(np.int32)
+    return Universe(
+        "binary", "block", build, files, np.concatenate(file_of).astype(np.int32), cat("line"), cat("target")
+    )
 
 
 _LAYOUT_ARRAYS = {"start": "<u8", "length": "<u8", "slot_base": "<u4", "slot_mask": "<u4", "label_of": "<i4"}
@@ -189,17 +242,21 @@ class BinaryCollector:
 
     name = "binary"
 
-    def __init__(self, targets: list[str], cache_dir: Path | None = None) -> None:
-        if len(targets) > 1:
-            raise CollectorError("binary collector: follows one module; give one --binary-module pattern")
-        self.pattern = targets[0] if targets else DEFAULT_MODULE
-        self.path = find_module(self.pattern)
-        self.layout = cached_layout(self.path, cache_dir or default_cache_dir())
+    takes_backends = True  # `make_collector` hands it the worker's backends (their `native_module`)
+
+    def __init__(self, targets: list[str], cache_dir: Path | None = None, backends: Sequence[str] = ()) -> None:
+        patterns = list(targets) or declared_modules(backends) or [DEFAULT_MODULE]
+        self.paths = list(dict.fromkeys(find_module(p) for p in patterns))
+        self.layouts = [cached_layout(p, cache_dir or default_cache_dir()) for p in self.paths]
+        self.path, self.layout = self.paths[0], self.layouts[0]
+        sizes = [lay.slots for lay in self.layouts]
+        self.offsets = [int(x) for x in np.cumsum([0, *sizes[:-1]])]  # first slot of each module
+        self.slots = int(sum(sizes))
         # Padded to whole 8-byte words: `stop` scans the map a word at a time.
-        self.map = np.zeros(-(-self.layout.slots // 8) * 8, dtype=np.uint8)
+        self.map = np.zeros(-(-self.slots // 8) * 8, dtype=np.uint8)
         self._words = self.map.view(np.uint64)
-        self.unstable = np.zeros(self.layout.slots, dtype=bool)  # masked after calibration
-        self.seen = np.zeros(self.layout.slots, dtype=bool)  # slots this worker has reported
+        self.unstable = np.zeros(self.slots, dtype=bool)  # masked after calibration
+        self.seen = np.zeros(self.slots, dtype=bool)  # slots this worker has reported
         self.thread = MeasuringThread("nncov-import")  # replaced by the measuring thread at `locate_request`
         self._retired: MeasuringThread | None = None
         self._universe: Universe | None = None
@@ -230,32 +287,51 @@ class BinaryCollector:
         }
 
     def locate_request(self) -> dict[str, Any]:
-        """Where the module was loaded (after the backends imported it on the import thread), with the
-        measuring thread that the agent is to follow from now on in the import thread's place."""
-        base = loaded_modules().get(self.path)
-        if base is None:
-            raise CollectorError(f"binary collector: {os.path.basename(self.path)} was not loaded by the backends")
-        end = int(self.layout.start[-1] + self.layout.length[-1])
-        where = {"base": str(base), "lo": str(base), "hi": str(base + end)}
+        """Where the modules were loaded (after the backends imported them on the import thread), with
+        the measuring thread that the agent is to follow from now on in the import thread's place.
+
+        The agent's tables become absolute: every module's function ranges at their load address,
+        sorted, each module's slots after the ones before it, so one lookup serves them all."""
+        loaded = loaded_modules()
+        bases = []
+        for path in self.paths:
+            if path not in loaded:
+                raise CollectorError(f"binary collector: {os.path.basename(path)} was not loaded by the backends")
+            bases.append(loaded[path])
+        order = np.argsort(bases, kind="stable")
+        pick = lambda k, f: np.concatenate([f(self.layouts[i], i) for i in order]).astype(_LAYOUT_ARRAYS[k])
+        self._tables = [
+            np.ascontiguousarray(pick("start", lambda lay, i: lay.start + np.uint64(bases[i]))),
+            np.ascontiguousarray(pick("length", lambda lay, i: lay.length)),
+            np.ascontiguousarray(pick("slot_base", lambda lay, i: lay.slot_base + np.uint32(self.offsets[i]))),
+            np.ascontiguousarray(pick("slot_mask", lambda lay, i: lay.slot_mask)),
+        ]
+        # The whole mappings: the agent also asks whether a call came from these modules.
+        mapped = mapped_ends()
+        ends = [
+            max(mapped[p], bases[i] + int(lay.start[-1] + lay.length[-1]))
+            for i, (p, lay) in enumerate(zip(self.paths, self.layouts))
+        ]
+        where = {"base": "0", "lo": str(min(bases)), "hi": str(max(ends))}
         # The import thread ends at the next call, when the agent has let it go (its reply came first).
         self._retired, self.thread = self.thread, MeasuringThread()
         return self.follow_request() | {"phase": "locate"} | where
 
     # -- the collector protocol ---------------------------------------------------
     def universe(self) -> Universe:
+        """The modules' slot universes end to end (one module: exactly its own)."""
         if self._universe is None:
-            self._universe = self.layout.universe()
+            self._universe = concat_universes([lay.universe() for lay in self.layouts])
         return self._universe
 
     def native(self, backend: str) -> bool:
-        """`backend` is known to run its code outside the followed module (TVM beside ORT's
-        module): its calls run natively where they are made. Following it would count nothing,
-        and code it generates at run time at reused addresses could run as stale translations
-        (blocks are trusted once compiled). Backends that do not say are followed."""
+        """`backend` is known to run its code outside the followed modules (ORT while TVM's compiler
+        is followed alone): its calls run natively where they are made, where following them would
+        count nothing. Backends that do not say are followed."""
         from nnsmith_cov.backends.registry import native_module
 
         glob = native_module(backend) if backend else None
-        return glob is not None and not fnmatch(os.path.basename(self.path), glob)
+        return glob is not None and not any(fnmatch(os.path.basename(p), glob) for p in self.paths)
 
     def call(self, fn: Callable[[], T], backend: str = "") -> T:
         """Run `fn` on the measuring thread, unless it is a call into a `native` backend."""

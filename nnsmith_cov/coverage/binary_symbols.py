@@ -12,8 +12,11 @@ not counted.
 
 File labels are approximate: a function that loads the address of a source path string
 from `.rodata` (ORT's error checks carry `__FILE__`) is labelled with the path it names
-most often, its project's sources before library headers; the others are labelled with
-the module's file name. Exact file and line mapping needs the build's debug
+most often, its project's sources before headers; a run of functions between two labelled
+with the same source file takes that file too (the linker keeps an object file's functions
+together); exported functions left without a label are named after their C++ namespace
+(`src/relax/transform/[tvm::relax::transform]`); the others are labelled with the module's
+file name. Exact file and line mapping needs the build's debug
 information, which wheels do not ship.
 """
 
@@ -167,7 +170,9 @@ def source_labels(data: bytes, sections: dict[str, Section], start: np.ndarray, 
     if text is None or rodata is None:
         return out
     ro = data[rodata.offset : rodata.offset + rodata.size]
-    strings = {rodata.addr + m.start(): _normalize(m.group()[:-1].decode("ascii")) for m in _PATH.finditer(ro)}
+    # A path has a folder: `llvm.dbg.cu` and the like are names, not files.
+    found = ((rodata.addr + m.start(), m.group()[:-1].decode("ascii")) for m in _PATH.finditer(ro))
+    strings = {at: _normalize(text) for at, text in found if "/" in text}
     if not strings:
         return out
     code = np.frombuffer(data, dtype=np.uint8, count=text.size, offset=text.offset)
@@ -183,8 +188,9 @@ def source_labels(data: bytes, sections: dict[str, Section], start: np.ndarray, 
         per = votes.setdefault(f, {})
         per[strings[t]] = per.get(strings[t], 0) + 1
     for f, per in votes.items():
-        # A project file beats a library header that only inlined an assertion into the function.
-        out[f] = max(per.items(), key=lambda kv: (not _library_header(kv[0]), kv[1], kv[0]))[0]
+        # A project file beats a library header that only inlined an assertion into the function,
+        # and a source file (most likely the function's own) beats a project header.
+        out[f] = max(per.items(), key=lambda kv: (not _library_header(kv[0]), not _is_header(kv[0]), kv[1], kv[0]))[0]
     return out
 
 
@@ -193,10 +199,113 @@ def _library_header(path: str) -> bool:
     return any(part in path for part in ("/include/c++/", "usr/include/", "vcpkg_installed/", "_deps/", "gcc-toolset"))
 
 
+# Where a build path's project-relative part begins: ORT keeps its top folder in the paths
+# (`onnxruntime/core/...`); TVM's wheel is built in `/project` (`src/relax/transform/...`), its
+# LLVM in a temporary `llvm-project` checkout.
+_ANCHORS = (("onnxruntime/", 0), ("/project/", len("/project/")), ("llvm-project/", len("llvm-project/")))
+
+
+_VENDORED = re.compile(r"/(z3)-[0-9a-f]{16,}/")  # a dependency unpacked under its commit: `z3/src/...`
+
+
 def _normalize(path: str) -> str:
-    """A build path as a project-relative one: from `onnxruntime/` on when present."""
-    k = path.find("onnxruntime/")
-    return path[k:] if k >= 0 else path.lstrip("./")
+    """A build path as a project-relative one (see `_ANCHORS`)."""
+    for anchor, skip in _ANCHORS:
+        k = path.find(anchor)
+        if k >= 0:
+            return path[k + skip :]
+    m = _VENDORED.search(path)
+    if m:
+        return m.group(1) + "/" + path[m.end() :]
+    return path.lstrip("./")
+
+
+def bridge_labels(raw: list[str | None]) -> list[str | None]:
+    """Give a run of functions that name no source file of their own (no label, or a header's)
+    the file their neighbours on both sides name, when that is the same: the linker lays out
+    each object file's functions together, so such a run most likely came from that file too."""
+    out = list(raw)
+    last = -1  # index of the last function labelled with a source file
+    for i, label in enumerate(raw):
+        if label is None or _is_header(label):
+            continue
+        if last >= 0 and i - last > 1 and raw[last] == label:
+            out[last + 1 : i] = [label] * (i - last - 1)
+        last = i
+    return out
+
+
+def _is_header(path: str) -> bool:
+    return path.endswith((".h", ".hpp", ".cuh", ".inc"))
+
+
+def symbol_labels(data: bytes, sections: dict[str, Section], start: np.ndarray) -> list[str | None]:
+    """Per function, a folder named after the C++ namespace of the exported symbol at its start
+    (`tvm::relax::transform::FoldConstant()` -> `src/relax/transform/[tvm::relax::transform]`),
+    for functions that carry no source path. Only the leading lowercase components count as
+    namespaces (classes are CamelCase in the projects measured here); needs `c++filt`."""
+    out: list[str | None] = [None] * len(start)
+    names = dynamic_functions(data, sections)
+    if not names:
+        return out
+    demangled = _demangle([n for _, n in names])
+    for (addr, _), name in zip(names, demangled, strict=True):
+        f = int(np.searchsorted(start, np.uint64(addr), side="left"))
+        if f < len(start) and int(start[f]) == addr:
+            folder = _namespace_folder(name)
+            if folder is not None:
+                out[f] = folder
+    return out
+
+
+def dynamic_functions(data: bytes, sections: dict[str, Section]) -> list[tuple[int, str]]:
+    """(address, mangled name) of the functions the module defines in `.dynsym`."""
+    sym, text = sections.get(".dynsym"), sections.get(".dynstr")
+    if sym is None or text is None:
+        return []
+    rows = np.frombuffer(data, dtype=_ELF_SYM, count=sym.size // _ELF_SYM.itemsize, offset=sym.offset)
+    keep = ((rows["info"] & 0xF) == 2) & (rows["shndx"] != 0) & (rows["value"] != 0)
+    out = []
+    for name_off, value in zip(rows["name"][keep].tolist(), rows["value"][keep].tolist()):
+        end = data.index(b"\0", text.offset + name_off)
+        out.append((value, data[text.offset + name_off : end].decode("ascii", "replace")))
+    return out
+
+
+_ELF_SYM = np.dtype(
+    [("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"), ("value", "<u8"), ("size", "<u8")]
+)
+
+
+def _demangle(names: list[str]) -> list[str]:
+    """`names` demangled by `c++filt` (unchanged where it is missing or fails)."""
+    import shutil
+    import subprocess
+
+    tool = shutil.which("c++filt")
+    if tool is None or not names:
+        return names
+    try:
+        done = subprocess.run([tool], input="\n".join(names), capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.SubprocessError):
+        return names
+    lines = done.stdout.splitlines()
+    return lines if done.returncode == 0 and len(lines) == len(names) else names
+
+
+def _namespace_folder(demangled: str) -> str | None:
+    head = demangled.split("(", 1)[0]
+    if " " in head:  # a return type in front (templates): its last word is the name
+        head = head.rsplit(" ", 1)[-1]
+    parts = head.split("::")[:-1]
+    spaces = []
+    for p in parts:
+        if not p or not p.replace("_", "").isalnum() or not p[0].islower():
+            break
+        spaces.append(p)
+    if len(spaces) < 2:
+        return None
+    return "src/" + "/".join(spaces[1:]) + "/[" + "::".join(spaces) + "]"
 
 
 def read_layout(path: str) -> ModuleLayout:
@@ -214,7 +323,9 @@ def read_layout(path: str) -> ModuleLayout:
     base = np.concatenate([[0], np.cumsum(slots)[:-1]])
     if int(base[-1] + slots[-1]) >= 1 << 31:
         raise BinaryFormatError(f"binary collector: {path} is too large for 31-bit slot numbers")
-    raw = source_labels(data, sections, start, length)
+    raw = bridge_labels(source_labels(data, sections, start, length))
+    by_symbol = symbol_labels(data, sections, start)
+    raw = [r if r is not None else b for r, b in zip(raw, by_symbol, strict=True)]
     module = os.path.basename(path)
     labels = sorted({x for x in raw if x is not None} | {module})
     index = {x: k for k, x in enumerate(labels)}

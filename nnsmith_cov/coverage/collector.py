@@ -52,8 +52,15 @@ PASS_FILTERS: dict[str, tuple[str, ...]] = {
         "src/ir/transform.cc",
         "onnxoptimizer/passes/",
     ),
-    # approximate: only functions labelled through their .rodata source-path strings
-    "binary": ("onnxruntime/core/optimizer/",),
+    # approximate: functions labelled through the source paths they reference in .rodata, their
+    # neighbours in the same object file, or their exported names' namespaces (binary_symbols)
+    "binary": (
+        "onnxruntime/core/optimizer/",
+        "src/relax/transform/",
+        "src/tirx/transform/",
+        "src/s_tir/transform/",
+        "src/ir/transform.cc",
+    ),
 }
 
 
@@ -72,29 +79,46 @@ BUILTIN = {
 }
 
 
-def make_collector(name: str, targets: Sequence[str] = ()) -> Collector:
+def make_collector(name: str, targets: Sequence[str] = (), backends: Sequence[str] = ()) -> Collector:
     """The collector `name` (built in, `module:Class`, or several joined by `+`), measuring
     `targets` (its own default when empty: Python packages for `python`, shared-library globs
-    for `llvm`); `NAME=TARGET` addresses one part of a composite (see `composite.part_targets`)."""
+    for `llvm`, the modules `backends` declare for `binary`); `NAME=TARGET` addresses one part of
+    a composite (see `composite.part_targets`). In a composite, a part that takes backends gets
+    those the other parts do not claim (TVM's Python for `python`)."""
     from nnsmith_cov.coverage import composite
 
     names = name.split("+")
     if len(set(names)) != len(names):
         raise CollectorError(f"collector {name!r} names a part twice")
-    made = [_make_one(n, composite.part_targets(n, targets, i == 0, names)) for i, n in enumerate(names)]
-    if len(made) == 1:
-        return made[0]
-    if any(hasattr(c, "call") for c in made):
-        return composite.FollowedComposite(made)
-    return composite.CompositeCollector(made)
+    made: list[Collector | None] = [None] * len(names)
+    takes = [getattr(_factory(n), "takes_backends", False) for n in names]
+    for late in (False, True):  # parts that take backends last, to see what the others claim
+        for i, n in enumerate(names):
+            if takes[i] is late:
+                own = composite.part_targets(n, targets, i == 0, names)
+                claimed = [b for b in backends if any(getattr(c, "claims", lambda _: False)(b) for c in made if c)]
+                rest = [b for b in backends if b not in claimed]
+                made[i] = _make_one(n, own, rest if late else None)
+    parts = [c for c in made if c is not None]
+    if len(parts) == 1:
+        return parts[0]
+    if any(hasattr(c, "call") for c in parts):
+        return composite.FollowedComposite(parts)
+    return composite.CompositeCollector(parts)
 
 
-def _make_one(name: str, targets: Sequence[str]) -> Collector:
+def _factory(name: str) -> type:
     if name not in BUILTIN and not (name.count(":") == 1 and all(name.split(":"))):
         raise CollectorError(f"unknown collector {name!r} (built in: {', '.join(BUILTIN)}; or module:Class)")
     module, _, cls = BUILTIN.get(name, name).partition(":")
     try:
-        factory = getattr(importlib.import_module(module), cls)
+        return getattr(importlib.import_module(module), cls)
     except (ImportError, AttributeError) as e:
         raise CollectorError(f"cannot load collector {name}: {e}") from None
+
+
+def _make_one(name: str, targets: Sequence[str], backends: Sequence[str] | None = None) -> Collector:
+    factory = _factory(name)
+    if backends is not None:
+        return factory(list(targets), backends=list(backends))
     return factory(list(targets))
