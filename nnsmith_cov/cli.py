@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from nnsmith_cov import __version__
+from nnsmith_cov.cli_checks import MAX_NODES, nodes
 from nnsmith_cov.gen.generator import GenConfig, GenerationError, generate
 from nnsmith_cov.materialize.onnx_export import ExportError
 from nnsmith_cov.ops import ALL_OPS, select_ops
@@ -114,7 +115,7 @@ def _backends(text: str) -> list[str]:
 
 
 def _add_gen_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--nodes", type=_positive, default=10, help="operators per graph (default 10)")
+    p.add_argument("--nodes", type=nodes, default=10, help=f"operators per graph (default 10, at most {MAX_NODES})")
     p.add_argument("--no-binning", action="store_true", help="turn attribute binning off")
     p.add_argument("--ops", nargs="+", metavar="OP", help="only these operators (default: all)")
     p.add_argument("--max-elems", type=_positive, default=1 << 16, help="element cap per tensor (default 65536)")
@@ -179,7 +180,18 @@ def _binary_module(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--binary-module",
         metavar="PATTERN",
-        help="binary collector: the shared object to follow (default onnxruntime_pybind11_state*)",
+        help="binary collector: the shared object to follow (default: those the backends declare,"
+        " ORT's onnxruntime_pybind11_state*.so, TVM's libtvm_compiler.so)",
+    )
+
+
+def _plugin_flag(p: argparse.ArgumentParser, names: str) -> None:
+    p.add_argument(
+        "--plugin",
+        action="append",
+        metavar="MODULE:CLASS",
+        help=f"trust a plug-in backend or collector {names} (a bundle or campaign folder is data: "
+        "it never imports code the command line does not name)",
     )
 
 
@@ -191,6 +203,7 @@ def _parser() -> argparse.ArgumentParser:
     g = sub.add_parser("generate", help="generate one model: model.onnx, graph.json, graph.txt")
     g.add_argument("--seed", type=_seed, required=True)
     g.add_argument("-o", "--output", type=Path, required=True, help="output folder")
+    g.add_argument("--force", action="store_true", help="replace a model already in the output folder")
     _add_gen_flags(g)
     g.add_argument(
         "--search",
@@ -208,6 +221,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--count", type=_positive, default=100, help="models to generate (default 100)")
     b.add_argument("--seed", type=_seed, default=0, help="first seed; model k uses seed+k")
     b.add_argument("-o", "--output", type=Path, help="write each model to OUTPUT/<seed>/")
+    b.add_argument("--force", action="store_true", help="replace models already in OUTPUT/<seed>/")
     _add_gen_flags(b)
 
     f = sub.add_parser("fuzz", help="coverage-guided differential fuzzing campaign")
@@ -221,7 +235,15 @@ def _parser() -> argparse.ArgumentParser:
         help="new campaign folder (LMDB corpus, findings, stats)",
     )
     where.add_argument("--resume", type=Path, help="continue the campaign in this folder (its own settings)")
+    _plugin_flag(f, "a campaign being resumed names")
     f.add_argument("--workers", type=_positive, default=1, help="worker processes testing in parallel (default 1)")
+    f.add_argument(
+        "--worker-mem-mb",
+        type=_positive,
+        default=None,
+        help="address-space limit of each worker in MiB: a system under test exhausting it is an oom finding"
+        " (default: none)",
+    )
     f.add_argument(
         "--pass-filter", nargs="+", metavar="PATH", help="pass-only folders/files (default: the collector's)"
     )
@@ -229,6 +251,12 @@ def _parser() -> argparse.ArgumentParser:
         "--feedback",
         choices=("on", "off"),
         help="coverage feedback steers the generator (default: on with a collector; off = plain NNSmith)",
+    )
+    f.add_argument(
+        "--mutation",
+        choices=("on", "off"),
+        help="with feedback, tests grown from the corpus may mutate a kept test's choices (default on; "
+        "off: kept tests are only grown)",
     )
     f.add_argument("--backends", type=_backends, default=["ort", "tvm"], help="comma list (default ort,tvm)")
     f.add_argument(
@@ -292,6 +320,7 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("repro", help="re-run a finding's bundle and say whether it reproduces")
     r.add_argument("bundle", type=Path)
     r.add_argument("--timeout-s", type=_duration, help="per request (default: the bundle's)")
+    _plugin_flag(r, "the bundle names")
 
     sub.add_parser("ops", help="list the operator specs")
     report.add_parser(sub)
@@ -300,14 +329,22 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
+    from nnsmith_cov.cli_checks import check_model_folder
     from nnsmith_cov.materialize.model_dir import materialize_and_export, write_model_dir
     from nnsmith_cov.search.gradient import search_values
 
     cfg = _gen_config(args)
+    check_model_folder(args.output, args.force)
     try:
         gen = generate(cfg, args.seed)
     except GenerationError as e:
         raise CliError(f"seed {args.seed}: {e}") from None
+    if len(gen.graph.insts) < args.nodes:
+        print(
+            f"generated {len(gen.graph.insts)} of the {args.nodes} operators asked for (the solver's work budget "
+            f"or the insertion tries ran out; see --solver-work)",
+            file=sys.stderr,
+        )
     search = search_values(
         gen.graph,
         args.seed,
@@ -345,6 +382,10 @@ def cmd_batch(args: argparse.Namespace) -> int:
     from nnsmith_cov.search.gradient import search_values
 
     cfg = _gen_config(args)
+    if args.output is not None:
+        from nnsmith_cov.cli_checks import check_batch_folder
+
+        check_batch_folder(args.output, range(args.seed, args.seed + args.count), args.force)
     console = Console()
     counts: collections.Counter[str] = collections.Counter()
     ops: collections.Counter[str] = collections.Counter()
@@ -373,7 +414,10 @@ def cmd_batch(args: argparse.Namespace) -> int:
             agreement = check_agreement(gen.graph, search.values)
             counts["valid" if agreement.ok else "type disagreement"] += 1
             if args.output is not None:
-                write_model_dir(args.output / str(seed), gen, exported, search)
+                try:
+                    write_model_dir(args.output / str(seed), gen, exported, search)
+                except OSError as e:
+                    raise CliError(f"cannot write {args.output / str(seed)}: {e.strerror or e}") from None
     table = Table(title=f"{args.count} models, {args.nodes} nodes, seeds {args.seed}..{args.seed + args.count - 1}")
     table.add_column("outcome")
     table.add_column("models", justify="right")
@@ -402,17 +446,23 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     from nnsmith_cov.campaign.status import Ticker, log_console, log_line, screen, summary
     from nnsmith_cov.campaign.testcase import CaseSettings
     from nnsmith_cov.campaign.worker_handle import WorkerHandle, WorkerStartError
+    from nnsmith_cov.cli_checks import check_new_campaign, check_resume_flags, make_folder, restore_fuzz_args
     from nnsmith_cov.corpus.records import CorpusError
 
     resume = args.resume is not None
     if resume:
-        _restore_fuzz_args(args)
+        check_resume_flags(args.argv)
+        restore_fuzz_args(args)
+    else:
+        check_new_campaign(args.output, "-o")
     if args.time is None and args.tests is None:
         raise CliError("say when to stop: --time (e.g. 10m) and/or --tests N")
     collector = "" if args.collector == "none" else args.collector
     feedback = (args.feedback or ("on" if collector else "off")) == "on"
     if feedback and not collector:
         raise CliError("--feedback on needs a coverage collector (--collector python, llvm or binary)")
+    if args.mutation == "on" and not feedback:
+        raise CliError("--mutation on needs feedback (--feedback on)")
     cfg = _gen_config(args, feedback)
     settings = CaseSettings(
         backends=args.backends,
@@ -425,18 +475,21 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         localize=not args.no_localize,
     )
     run = RunDir(args.output)
-    if not resume and (args.output / "config.json").exists():
-        raise CliError(f"{args.output} already holds a campaign: --resume it, or choose another folder")
+    make_folder(args.output, "--resume" if resume else "-o")  # the last check: nothing was written before
     console = log_console(stderr=True)  # in a log: no 80-column wrapping
-    worker = WorkerHandle(args.backends, run.worker_log(0), collector=collector, cov_targets=args.cov_targets)
+    mem = args.worker_mem_mb or 0
+    worker = WorkerHandle(
+        args.backends, run.worker_log(0), collector=collector, cov_targets=args.cov_targets, mem_limit_mb=mem
+    )
     try:
         with console.status("starting the worker (importing the backends)"):
             hello = worker.start()
         missing = {b: why for b, why in hello["unavailable"].items() if b in args.backends}
         if missing:
             raise CliError("; ".join(f"backend {b} is unavailable: {why}" for b, why in missing.items()))
+        crashes = []
         if not args.no_support:  # from the cache; on resume, of the campaign's own ops
-            cfg.ops = _supported_ops(args, worker, cfg.ops, console)
+            cfg.ops, crashes = _supported_ops(args, worker, cfg.ops, console)
         fuzz_cfg = FuzzConfig(
             cfg,
             settings,
@@ -450,30 +503,47 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
             generator=args.generator,
             dynamic_arm=feedback and args.dynamic is None,
             roundtrip_arm=feedback and args.roundtrip is None and any(map(roundtrips, args.backends)),
+            mutation=feedback and args.mutation != "off",
         )
         fuzzer = Fuzzer(fuzz_cfg, run, worker, lambda ev: _print_event(console, ev), corpus=True)
         with console.status("measuring the branch universe" if collector else "starting"):
-            fuzzer.start(resume=resume)
+            repaired = fuzzer.start(resume=resume)
+        for line in repaired:  # the files beside the corpus, brought back in line with it
+            console.print(f"[dim]resume: {line}[/]")
+        if not resume and crashes:  # the probe's crashes are findings: the first tests file them
+            graphs = [(f"{c.backend}:{c.op}[{c.sig_key}]", c.graph()) for c in crashes]
+            fuzzer.queue_probes([(label, g) for label, g in graphs if g is not None])
+            console.print(f"{len(graphs)} crashes of the op-support probe are run first, to be filed as findings")
     except (WorkerStartError, RunDirError, CorpusError) as e:
         worker.close()
         raise CliError(str(e)) from None
     import threading
 
     more = [
-        WorkerHandle(args.backends, run.worker_log(i), collector=collector, cov_targets=args.cov_targets)
+        WorkerHandle(
+            args.backends, run.worker_log(i), collector=collector, cov_targets=args.cov_targets, mem_limit_mb=mem
+        )
         for i in range(1, args.workers)
     ]
     stop = threading.Event()
     failure: list[BaseException] = []
+
+    # The main thread waits on this event, never in driver.join(): a signal's KeyboardInterrupt
+    # raised inside Thread.join marks a live thread as stopped (CPython 3.11), and the workers
+    # would then be closed under the test still in flight.
+    finished = threading.Event()
 
     def drive() -> None:
         try:
             fuzzer.run_workers(more, lambda: None, stop)
         except BaseException as e:
             failure.append(e)
+        finally:
+            finished.set()
 
     interrupted = False
     last_stats = 0.0
+    _terminate_as_interrupt()
     driver = threading.Thread(target=drive, daemon=True)
     # On a terminal the status screen, redrawn twice a second; in a log, a plain line every
     # --status-every seconds of campaign time and one at the end.
@@ -507,70 +577,67 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     try:
         with Live(render(), console=console, refresh_per_second=2) if live_screen else nullcontext() as live:
             driver.start()
-            while driver.is_alive():
-                driver.join(timeout=0.5 if live_screen else min(0.5, ticker.wait_s(fuzzer.stats.elapsed())))
+            while not finished.is_set():
+                finished.wait(timeout=0.5 if live_screen else min(0.5, ticker.wait_s(fuzzer.stats.elapsed())))
                 if live is not None:
-                    live.update(render(final=not driver.is_alive()))
-                elif driver.is_alive() and ticker.due(fuzzer.stats.elapsed()):
+                    live.update(render(final=finished.is_set()))
+                elif not finished.is_set() and ticker.due(fuzzer.stats.elapsed()):
                     log()  # (not when the campaign just ended: the final line follows)
                 if fuzzer.stats.elapsed() - last_stats >= 5:
-                    fuzzer.write_stats()
+                    if not _stats_written(fuzzer, failure):
+                        stop.set()  # the disk is full or gone: the campaign cannot go on
                     last_stats = fuzzer.stats.elapsed()
     except KeyboardInterrupt:
         interrupted = True
         stop.set()
-        driver.join()
+        while not finished.is_set():  # the tests in flight finish and are committed
+            try:
+                finished.wait()
+            except KeyboardInterrupt:  # a second signal: still let them finish (at most --timeout-s)
+                pass
     finally:
         if not live_screen and not failure:
             log(final=True)
-        fuzzer.write_stats()
+        _stats_written(fuzzer, failure)
         fuzzer.close()
         for w in (worker, *more):
             w.close()
     if failure and isinstance(failure[0], WorkerStartError):
         raise CliError(str(failure[0]))
     if failure:
+        from nnsmith_cov.campaign.internal import BreakerTripped
+
+        if isinstance(failure[0], BreakerTripped):
+            print(f"nnsmith-cov: {failure[0]}", file=sys.stderr)
+            return 3
+        if isinstance(failure[0], CorpusError | OSError):  # the corpus or the disk failed: committed tests are kept
+            raise CliError(f"campaign stopped: {failure[0]}") from None
         raise failure[0]
     log_console().print(summary(fuzzer.stats))
     print(f"campaign folder: {args.output}  (findings in {args.output / 'findings'}; resume with --resume)")
     return 130 if interrupted else 0
 
 
-def _restore_fuzz_args(args: argparse.Namespace) -> None:
-    """Fill `args` from the stored config of the campaign being resumed; --time and --tests
-    given now replace the stored limits (both count the whole campaign)."""
-    import json
-
-    path = args.resume / "config.json"
+def _stats_written(fuzzer, failure: list[BaseException]) -> bool:
+    """Rewrite stats.json; an OSError (a full disk) is the campaign's failure, not a traceback."""
     try:
-        c = json.loads(path.read_text())
-        gen, search = c["generator"], c["search"]
-        args.ops = gen["ops"]
-        args.generator = gen.get("name", "nnsmith")  # campaigns from before baselines existed
-        args.nodes, args.no_binning = gen["nodes"], not gen["binning"]
-        args.max_elems, args.timeout_ms = gen["max_elems"], gen["timeout_ms"]
-        args.solver_work = gen.get("work_budget", GenConfig.work_budget)  # campaigns from before it existed
-        # Campaigns from before the export arms: opset 20, static.
-        args.opsets, args.dynamic = gen.get("opsets", list(GenConfig.opsets)), gen.get("dynamic_prob", 0.0)
-        args.roundtrip = gen.get("roundtrip_prob", 0.0)  # campaigns from before the round-trip arm: none
-        args.backends, args.seed = c["backends"], c["seed"]
-        args.rtol, args.atol, args.half_rtol, args.half_atol = c["rtol"], c["atol"], c["half_rtol"], c["half_atol"]
-        args.timeout_s, args.search, args.no_localize = c["timeout_s"], search["method"], not c["localize"]
-        args.collector = c["collector"] or "none"
-        args.cov_targets = c["cov_targets"]
-        args.pass_filter = c.get("pass_filters")
-        args.feedback = "on" if c["feedback"] else "off"
-        args.time = args.time if args.time is not None else c["time_s"]
-        args.tests = args.tests if args.tests is not None else c["max_tests"]
-    except FileNotFoundError:
-        raise CliError(f"{args.resume}: no campaign to resume (no config.json)") from None
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise CliError(f"{path}: unreadable campaign config ({type(e).__name__}: {e})") from None
-    args.output = args.resume
+        fuzzer.write_stats()
+        return True
+    except OSError as e:
+        if not failure:
+            failure.append(e)
+        return False
 
 
-def _supported_ops(args: argparse.Namespace, worker, ops, console) -> list:
-    from nnsmith_cov.backends.op_support import SupportError, default_cache_dir, load_or_probe, restrict_ops
+def _supported_ops(args: argparse.Namespace, worker, ops, console) -> tuple[list, list]:
+    """The ops narrowed to what every backend accepts (refusals out), and the probe's crashes."""
+    from nnsmith_cov.backends.op_support import (
+        SupportError,
+        default_cache_dir,
+        load_or_probe,
+        probe_crashes,
+        restrict_ops,
+    )
 
     cache = args.support_cache or default_cache_dir()
     with console.status("probing operator support (once per backend version)") as status:
@@ -578,14 +645,30 @@ def _supported_ops(args: argparse.Namespace, worker, ops, console) -> list:
             tables = load_or_probe(
                 worker, args.backends, ops, cache, args.timeout_s, progress=lambda m: status.update(m)
             )
-            return restrict_ops(ops, tables.values())
+            return restrict_ops(ops, tables.values()), probe_crashes(tables, ops)
         except SupportError as e:
             raise CliError(str(e)) from None
 
 
+def _terminate_as_interrupt() -> None:
+    """SIGTERM (a scheduler's or `timeout`'s stop) ends a campaign as Ctrl-C does: the test in
+    flight is finished or dropped, stats written, the corpus closed and resumable."""
+    import signal
+    import threading
+
+    def interrupt(signum, frame):  # noqa: ARG001 - signal handler signature
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():  # only the main thread may set handlers
+        signal.signal(signal.SIGTERM, interrupt)
+
+
 def _print_event(console, event) -> None:
     kind, what, bundle = event
-    if kind == "fault":
+    if kind == "internal":  # the first of each signature; the rest are counted on the status screen
+        if bundle:
+            console.print(f"[yellow]internal error[/] (ours, not a finding): {what.signature} -> {bundle}")
+    elif kind == "fault":
         console.print(f"[yellow]internal fault[/] (see the worker log): {what}")
     elif kind == "new":
         where = f" (localized: {what.localized})" if what.localized else ""
@@ -602,8 +685,10 @@ def cmd_repro(args: argparse.Namespace) -> int:
     from nnsmith_cov.campaign.worker_handle import WorkerStartError
     from nnsmith_cov.oracle.bundle import BundleError, read_bundle
 
+    if _is_internal_record(args.bundle):
+        return _repro_internal(args.bundle)
     try:
-        bundle = read_bundle(args.bundle)
+        bundle = read_bundle(args.bundle, args.plugin or [])
     except BundleError as e:
         raise CliError(str(e)) from None
     with tempfile.TemporaryDirectory() as tmp:
@@ -616,6 +701,36 @@ def cmd_repro(args: argparse.Namespace) -> int:
     print(f"now:      {now}")
     print("reproduces" if result.reproduced else "does not reproduce")
     return 0 if result.reproduced else 1
+
+
+def _is_internal_record(path: Path) -> bool:
+    from nnsmith_cov.bounded_read import read_json
+
+    try:
+        meta = read_json(path / "meta.json")  # bounded: a hostile meta.json is read_bundle's to report
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and meta.get("symptom") == "internal"
+
+
+def _repro_internal(path: Path) -> int:
+    """Replay an internal error's record (RUN/internal/...): exit 0 when it still shows."""
+    import json
+    import tempfile
+
+    from nnsmith_cov.campaign.internal import InternalReplayError, replay_internal
+    from nnsmith_cov.campaign.worker_handle import WorkerStartError
+
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            now = replay_internal(path, Path(tmp) / "worker.log")
+        except (InternalReplayError, WorkerStartError) as e:
+            raise CliError(str(e)) from None
+    expected = json.loads((path / "meta.json").read_text())["signature"]
+    print(f"expected: {expected}")
+    print(f"now:      {now or 'no internal error (the steps run clean)'}")
+    print("reproduces" if now == expected else "does not reproduce")
+    return 0 if now == expected else 1
 
 
 def cmd_coverage(args: argparse.Namespace) -> int:
@@ -662,6 +777,7 @@ def cmd_ops(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
+        args.argv = list(sys.argv[1:] if argv is None else argv)  # which flags were given (fuzz --resume)
         if getattr(args, "binary_module", None):  # the binary part's target, also inside a composite
             args.cov_targets = [*args.cov_targets, f"binary={args.binary_module}"]
         commands = {"generate": cmd_generate, "batch": cmd_batch, "fuzz": cmd_fuzz, "repro": cmd_repro, "ops": cmd_ops}

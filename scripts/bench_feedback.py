@@ -1,19 +1,20 @@
 #!/usr/bin/env python3
 """Feedback on vs off at equal wall time: TVM under the python collector by default.
 
-Runs two campaigns side by side, one process each, so that they share the machine
-fairly (one worker each; with 2 cores, one core each), same seed, same time; by
-default `--feedback on` and `--feedback off` (plain NNSmith: opset 20, static
-shapes, no IR text round trip). `--modes on,off-var` compares with feedback off
-drawing the export choices the scheduler has arms for (opsets 11-20, symbolic
-dims and the round trip each in half the graphs) uniformly instead: what the
-scheduler's learning adds beyond the reach of those choices. Then reads both
-corpora and prints each timeline, total, pass-only and unique branches (reached
-by one campaign only), and writes `nnsmith-cov report`'s table and figures into
-OUT/report.
+Runs two or three campaigns side by side, one process each, so that they share the
+machine fairly (one worker each; one core each), same seed, same time; by default
+`on` (feedback with mutation of kept tests) and `off` (plain NNSmith: opset 20,
+static shapes, no IR text round trip). `off-var` is feedback off drawing the export
+choices the scheduler has arms for (opsets 11-20, symbolic dims and the round trip
+each in half the graphs) uniformly instead, never mutating: what the scheduler adds
+beyond the reach of those choices. `on-nomut` is feedback without mutation (kept
+tests are only grown at the end): what mutation adds. Then reads the corpora and
+prints each timeline, total, pass-only and unique branches (reached by one campaign
+only), the first mode's ratios to each other and how soon it reached each other's
+final coverage, and writes `nnsmith-cov report`'s table and figures into OUT/report.
 
     python scripts/bench_feedback.py [--time 30m] [--seed 1] [--out out/bench-feedback]
-    python scripts/bench_feedback.py --modes on,off-var --out out/bench-feedback-var
+    python scripts/bench_feedback.py --modes on,off-var,on-nomut --out out/bench-feedback-var
     python scripts/bench_feedback.py --backends ort --collector binary --time 15m   # ORT's binary
 """
 
@@ -31,7 +32,8 @@ from nnsmith_cov.report.plots import unit_word
 
 # The `fuzz` flags of each mode.
 MODES = {
-    "on": ["--feedback", "on"],
+    "on": ["--feedback", "on", "--mutation", "on"],
+    "on-nomut": ["--feedback", "on", "--mutation", "off"],
     "off": ["--feedback", "off"],
     "off-var": ["--feedback", "off", "--opsets", "11-20", "--dynamic", "0.5", "--roundtrip", "0.5"],
 }
@@ -60,12 +62,12 @@ def main() -> None:
     ap.add_argument("--backends", default="tvm")
     ap.add_argument("--collector", default="python")
     ap.add_argument("--out", type=Path, default=Path("out/bench-feedback"))
-    ap.add_argument("--modes", default="on,off", help=f"the two campaigns, of {', '.join(MODES)} (default on,off)")
+    ap.add_argument("--modes", default="on,off", help=f"two or three campaigns, of {', '.join(MODES)} (default on,off)")
     ap.add_argument("--reuse", action="store_true", help="only report on campaigns already in --out")
     args = ap.parse_args()
     modes = args.modes.split(",")
-    if len(modes) != 2 or len(set(modes)) != 2 or not set(modes) <= set(MODES):
-        sys.exit(f"bench_feedback: --modes takes two different modes of {', '.join(MODES)}")
+    if len(modes) not in (2, 3) or len(set(modes)) != len(modes) or not set(modes) <= set(MODES):
+        sys.exit(f"bench_feedback: --modes takes two or three different modes of {', '.join(MODES)}")
     args.out.mkdir(parents=True, exist_ok=True)
     if args.reuse:
         folders = {mode: args.out / f"feedback-{mode}" for mode in modes}
@@ -86,13 +88,18 @@ def main() -> None:
         for i in [*range(0, len(t.x), step), len(t.x) - 1]:
             print(f"  {t.x[i]:9.0f} {t.branches[i]:8d} {t.pass_branches[i]:9d}")
     unique = unique_counts({m: c.covered for m, c in campaigns.items()})
-    a, b = modes
-    print("\n                  total   pass-only   unique   tests")
+    a = modes[0]
+    print("\n                   total   pass-only   unique   tests")
     for mode, c in campaigns.items():
-        print(f"feedback {mode:<7} {len(c.covered):7d}   {len(c.pass_covered):9d}   {unique[mode]:6d}   {c.tests:5d}")
-    ratio = len(campaigns[a].covered) / len(campaigns[b].covered) if campaigns[b].covered else float("nan")
-    uniq = unique[a] / unique[b] if unique[b] else float("inf")
-    print(f"ratios ({a} / {b}): total {ratio:.2f}x, unique {uniq:.2f}x")
+        print(f"feedback {mode:<8} {len(c.covered):7d}   {len(c.pass_covered):9d}   {unique[mode]:6d}   {c.tests:5d}")
+    for b in modes[1:]:
+        ratio = len(campaigns[a].covered) / len(campaigns[b].covered) if campaigns[b].covered else float("nan")
+        uniq = unique[a] / unique[b] if unique[b] else float("inf")
+        ta, tb = campaigns[a].by_time, campaigns[b].by_time
+        assert ta is not None and tb is not None
+        when = next((x for x, n in zip(ta.x, ta.branches) if n >= tb.branches[-1]), None)
+        reach = f"{when / tb.x[-1]:.2f} of the time" if when is not None and tb.x[-1] else "never"
+        print(f"ratios ({a} / {b}): total {ratio:.2f}x, unique {uniq:.2f}x; {a} reached {b}'s final {word} at {reach}")
     for mode, c in campaigns.items():
         assert c.by_time is not None
         late = [b for x, b in zip(c.by_time.x, c.by_time.branches) if x >= 0.9 * c.by_time.x[-1]]

@@ -6,7 +6,10 @@ No Z3, no backends: records are drawn from each proposal's weights
 interesting. Each scenario runs with feedback and without (plain NNSmith) over
 the same seeds and prints the interesting rate and the probability the
 scheduler gives the rewarding arm, as a multiple of its uniform share, in
-windows of the run.
+windows of the run. The last, "dense", has every test add some branches (tests
+with Conv2d four times as many, as on ORT's binary collector where nearly every
+test is interesting) and compares the ranked reward with the saturating one
+(window 0) and with no feedback: new branches per test and Conv2d's share.
 
     python scripts/sim_scheduler.py [--tests 2000] [--seeds 3] [--ops 103]
                                     [--discount 0.997] [--prior-tests 4] [--lift-cap 32] [--floor 0.2]
@@ -15,12 +18,16 @@ windows of the run.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 from collections.abc import Callable
 
+import numpy as np
+
 from nnsmith_cov.abstract.op import AttrKind
+from nnsmith_cov.coverage.covmap import Novelty
 from nnsmith_cov.feedback import BanditParams, Scheduler
-from nnsmith_cov.feedback.simulate import Trace, run
+from nnsmith_cov.feedback.simulate import Trace, run, run_novelty
 from nnsmith_cov.gen.generator import GenRecord
 
 
@@ -34,8 +41,9 @@ def main() -> None:
     ap.add_argument("--prior-tests", type=float, default=BanditParams.prior_tests)
     ap.add_argument("--lift-cap", type=float, default=BanditParams.lift_cap)
     ap.add_argument("--floor", type=float, default=BanditParams.floor)
+    ap.add_argument("--window", type=int, default=BanditParams.window)
     args = ap.parse_args()
-    params = BanditParams(args.discount, args.prior_tests, args.lift_cap, args.floor)
+    params = BanditParams(args.discount, args.prior_tests, args.lift_cap, args.floor, window=args.window)
     names = ["Conv2d", "Relu"] + [f"Op{i}" for i in range(args.ops - 2)]
     T, half = args.tests, args.tests // 2
     n_ops = len(names)
@@ -104,6 +112,30 @@ def main() -> None:
                 cells.append(f"{label} " + " ".join(f"{x:5.1f}" for x in xs))
             print(f"  {'feedback' if feedback else 'plain   '}  " + "   ".join(cells))
         print()
+    dense_scenario(args, names, params, windows)
+
+
+def dense_scenario(
+    args: argparse.Namespace, names: list[str], params: BanditParams, windows: list[tuple[int, int]]
+) -> None:
+    def dense(rec: GenRecord, t: int, rng: np.random.Generator) -> Novelty:
+        return Novelty(int(rng.poisson(12 if "Conv2d" in rec.ops else 3)), int(rng.poisson(5)))
+
+    print("dense: every test adds Poisson(3) branches, Poisson(12) with Conv2d, and Poisson(5) buckets")
+    saturating = dataclasses.replace(params, window=0)
+    for label, feedback, p in (("ranked", True, params), ("saturating", True, saturating), ("plain", False, params)):
+        traces = []
+        for seed in range(args.seeds):
+            s = Scheduler(names, args.nodes, 7, seed, feedback=feedback, params=p)
+            traces.append(run_novelty(s, dense, args.tests, seed=1000 + seed))
+        added = [statistics.mean(statistics.mean(tr.added[lo:hi]) for tr in traces) for lo, hi in windows]
+        conv = [statistics.mean(tr.op_prob("Conv2d", lo, hi) * len(names) for tr in traces) for lo, hi in windows]
+        print(
+            f"  {label:<10}  branches/test "
+            + " ".join(f"{x:5.2f}" for x in added)
+            + "   Conv2d "
+            + " ".join(f"{x:5.1f}" for x in conv)
+        )
 
 
 if __name__ == "__main__":

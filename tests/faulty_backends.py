@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import ctypes
 import os
+import resource
+import sys
 import time
+import zlib
 from typing import Any
 
 import numpy as np
@@ -113,3 +116,47 @@ class BadText(OrtBackend):
         from nnsmith_cov.backends.base import BackendError, Stage
 
         raise BackendError(Stage.ROUNDTRIP, SyntaxError("printed module does not parse"))
+
+
+class Chaos(OrtBackend):
+    """Each model gets one misbehaviour, chosen by a hash of its bytes (so a re-run of the same
+    model misbehaves the same way): the fault-injection suite's system under test."""
+
+    name = "chaos"
+    KINDS = ("pass", "perturb", "segfault", "abort", "hang", "raise", "flood", "shape", "dtype", "count", "memory")
+
+    def load(self, onnx_bytes: bytes) -> Any:
+        self.kind = self.KINDS[zlib.crc32(onnx_bytes) % len(self.KINDS)]
+        return super().load(onnx_bytes)
+
+    def compile(self, model: Any, opt: Opt) -> Any:
+        if self.kind == "segfault":
+            ctypes.string_at(0)
+        if self.kind == "hang":
+            time.sleep(3600)
+        if self.kind == "raise":
+            raise RuntimeError("chaos: internal compiler error 0x2a")
+        if self.kind == "memory":  # far past the worker's limit: the allocation fails
+            if resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY:
+                raise MemoryError("chaos: no worker memory limit set, not allocating for real")
+            np.ones(1 << 36, dtype=np.uint8)
+        return super().compile(model, opt), opt
+
+    def run(self, exe: Any, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        session, opt = exe
+        outs = super().run(session, inputs)
+        if self.kind == "abort":
+            os.abort()
+        if self.kind == "flood":  # megabytes on stderr, then right outputs
+            sys.stderr.write("chaos noise\n" * (300_000))
+            sys.stderr.flush()
+        name = next(iter(outs))
+        if self.kind == "perturb" and opt is Opt.OPT and outs[name].size and outs[name].dtype != np.bool_:
+            outs[name] = outs[name] + 1
+        elif self.kind == "shape":
+            outs[name] = outs[name].reshape(1, *outs[name].shape)
+        elif self.kind == "dtype":
+            outs[name] = outs[name].astype(np.float64 if outs[name].dtype != np.float64 else np.float32)
+        elif self.kind == "count":
+            outs["extra"] = np.zeros(1, np.float32)
+        return outs

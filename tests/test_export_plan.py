@@ -251,10 +251,18 @@ def test_proposals_and_states_round_trip_with_the_export_arms():
     assert restored.propose() == s.propose()
 
 
+def _before_mutation(state: dict) -> dict:
+    """A state as schemas 1-3 wrote it: without the mutation arms, the ranked reward's recent
+    scores, the children counts and the export-form arms (schemas 4 and 5)."""
+    del state["recent"], state["children"], state["config"]["mutation"], state["groups"]["mutation"]
+    del state["config"]["forms"], state["config"]["params"]["window"]
+    return state
+
+
 def test_a_schema_1_state_resumes_without_export_evidence():
     s = Scheduler(NAMES, 10, seed=4)
     s.observe(s.propose(), GenRecord(seed=0, ops=["Op1"]), Novelty(1, 0))
-    state = json.loads(json.dumps(s.state()))
+    state = _before_mutation(json.loads(json.dumps(s.state())))
     state["schema"] = 1
     for key in ("opsets", "dynamic", "roundtrip"):
         del state["config"][key]
@@ -268,7 +276,7 @@ def test_a_schema_1_state_resumes_without_export_evidence():
 def test_a_schema_2_state_resumes_without_round_trip_evidence():
     s = Scheduler(NAMES, 10, seed=4, opsets=(13, 20), dynamic=True)
     s.observe(s.propose(), GenRecord(seed=0, ops=["Op1"], opset=13), Novelty(1, 0))
-    state = json.loads(json.dumps(s.state()))
+    state = _before_mutation(json.loads(json.dumps(s.state())))
     state["schema"] = 2
     del state["config"]["roundtrip"], state["groups"]["roundtrip"]
     old = Scheduler.from_state(state)

@@ -63,7 +63,9 @@ def test_perturbed_output_is_an_optimization_inconsistency_and_reproduces(tmp_pa
     assert len(lines) == 3 and sum(x["new"] for x in lines) == len(st.signatures)
     assert json.loads((run.root / "stats.json").read_text())["tests"] == 3
 
-    assert main(["repro", str(bundle)]) == 0
+    assert main(["repro", str(bundle)]) == 2  # a plug-in named by a bundle runs only when the user names it
+    assert "--plugin faulty_backends:Perturb" in capsys.readouterr().err
+    assert main(["repro", str(bundle), "--plugin", "faulty_backends:Perturb"]) == 0
     assert capsys.readouterr().out.strip().endswith("reproduces")
     # The same bundle against the unperturbed backend: the outputs agree, so it does not reproduce.
     meta["backend"] = "ort"
@@ -102,7 +104,7 @@ def test_worker_death_is_recorded_and_the_loop_goes_on(tmp_path, capsys, monkeyp
     (bundle,) = _bundles(run)
     assert json.loads((bundle / "meta.json").read_text())["localized"] == "conversion"
     assert how in (bundle / "error.log").read_text()
-    assert main(["repro", str(bundle)]) == 0
+    assert main(["repro", str(bundle), "--plugin", backend]) == 0
     assert f"now:      {backend}/{stage}/opt: {how}" in capsys.readouterr().out
 
 
@@ -211,7 +213,7 @@ def test_a_text_round_trip_the_parser_refuses_is_a_finding_of_its_own_stage(tmp_
     assert asked == ["opt"] * 3
     headers = [json.loads(x) for x in (run.root / "findings.jsonl").read_text().splitlines()]
     assert [h["localized"] for h in headers] == ["roundtrip"] * 3
-    assert main(["repro", str(_bundles(run)[0])]) == 0  # the bundle's graph keeps the plan
+    assert main(["repro", str(_bundles(run)[0]), "--plugin", "faulty_backends:BadText"]) == 0  # keeps the plan
     assert capsys.readouterr().out.strip().endswith("reproduces")
     fuzzer, _, _ = _fuzz(tmp_path / "direct", "faulty_backends:BadText", tests=3)
     assert fuzzer.stats.passed == 3 and not fuzzer.stats.findings

@@ -79,8 +79,32 @@ def test_malformed_graphs_rejected(graphs, mutate, message):
 
 
 def test_not_json_rejected():
-    with pytest.raises(GraphIRError, match="not JSON"):
+    with pytest.raises(GraphIRError, match="not valid JSON"):
         GraphIR.loads("{not json")
+
+
+def test_deep_nesting_is_refused_without_recursing():
+    with pytest.raises(GraphIRError, match="nested too deep"):
+        GraphIR.loads("[" * 200_000 + "]" * 200_000)
+    deep: list = []
+    for _ in range(500):  # below the interpreter's limit, above the reader's bound
+        deep = [deep]
+    with pytest.raises(GraphIRError, match="nested deeper than"):
+        GraphIR.from_json({"schema": 2, "values": deep})
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [(10**400, "64-bit range"), (2**63, "64-bit range"), (-(2**63) - 1, "64-bit range"),
+     (float("nan"), "non-finite"), ([1.0, float("-inf")], "non-finite")],
+)  # fmt: skip
+def test_attributes_no_backend_can_carry_are_refused(graphs, value, message):
+    obj = json.loads(graphs[1].dumps())
+    obj["insts"][0]["attrs"]["extra"] = value
+    with pytest.raises(GraphIRError, match=message):
+        GraphIR.from_json(obj, is_op)
+    obj["insts"][0]["attrs"]["extra"] = [2**63 - 1, -(2**63), 1e308]  # the edges are fine
+    GraphIR.from_json(obj, is_op)
 
 
 json_values = st.recursive(

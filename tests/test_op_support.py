@@ -8,10 +8,14 @@ import pytest
 
 from nnsmith_cov.abstract.dtype import DType
 from nnsmith_cov.backends.op_support import (
+    SUPPORT_SCHEMA,
+    Outcome,
     SupportError,
     SupportTable,
     cache_path,
+    classify,
     load_or_probe,
+    probe_crashes,
     probe_graph,
     probe_graphs,
     restrict_ops,
@@ -47,9 +51,11 @@ def test_ort_refusals_are_found_cached_and_reused(tmp_path, worker):
     # ORT 1.31 has no double Acos kernel and no Where on bool values.
     assert "NOT_IMPLEMENTED" in ort.status("Acos", "f64->f64")
     assert "NOT_IMPLEMENTED" in ort.status("Where", "bool,bool,bool->bool")
+    assert ort.outcome("Acos", "f64->f64").cls == "refused"
     path = cache_path(tmp_path, "ort", ort.version)
     saved = json.loads(path.read_text())
-    assert saved["schema"] == 2 and saved["ops"] == ort.entries
+    assert saved["schema"] == SUPPORT_SCHEMA and saved["ops"] == ort.to_json()["ops"]
+    assert saved["ops"]["Acos"]["f64->f64"]["class"] == "refused"
 
     # A second call asks the worker for nothing but its versions.
     asked = []
@@ -67,14 +73,16 @@ def test_a_corrupt_cache_is_probed_again(tmp_path, worker, capsys):
     tables = load_or_probe(worker, ["ort"], select_ops(["Add"]), tmp_path)
     assert tables["ort"].status("Add", "f32,f32->f32") == "ok"
     assert "ignoring unusable op-support cache" in capsys.readouterr().err
-    assert json.loads(path.read_text())["ops"]["Add"]["f32,f32->f32"] == "ok"
+    assert json.loads(path.read_text())["ops"]["Add"]["f32,f32->f32"] == {"class": "ok"}
 
 
 def test_restrict_keeps_names_and_drops_refused_sigs():
     acos, add = op_by_name("Acos"), op_by_name("Add")
-    refused = {sig_key(s): "compile: NotImplemented" for s in acos.sigs}
-    table = SupportTable("x", "1", "t", {"Acos": refused, "Add": {"f32,f32->f32": "compile: no"}})
+    refused = {sig_key(s): Outcome("refused", "compile: NotImplemented") for s in acos.sigs}
+    add_out = {"f32,f32->f32": Outcome("refused", "compile: no"), "f64,f64->f64": Outcome("crash", "compile: boom")}
+    table = SupportTable("x", "1", "t", {"Acos": refused, "Add": add_out})
     (narrow,) = restrict_ops([acos, add], [table])
+    assert ((DType.float64, DType.float64), (DType.float64,)) in narrow.sigs  # a crash stays
     assert narrow.name() == "Add" and issubclass(narrow, add)
     assert ((DType.float32, DType.float32), (DType.float32,)) not in narrow.sigs
     assert len(narrow.sigs) == len(add.sigs) - 1
@@ -117,4 +125,128 @@ def test_a_schema_1_cache_keeps_what_worked_and_probes_its_refusals_again(tmp_pa
     tables = load_or_probe(worker, ["ort"], [add], tmp_path)
     assert tables["ort"].status("Add", "f64,f64->f64") == "ok"  # probed again: ORT adds doubles
     assert asked.count("run") == 1  # only the refused signature was run
-    assert json.loads(path.read_text())["schema"] == 2
+    assert json.loads(path.read_text())["schema"] == SUPPORT_SCHEMA
+
+
+@pytest.mark.parametrize(
+    "status, cls",
+    [
+        (
+            "compile: NotImplemented: [ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : Could not find an implementation",
+            "refused",
+        ),
+        ("import: OpNotImplemented: The following operators are not supported for frontend ONNX: Celu", "refused"),
+        (
+            "export: UnsupportedOperatorError: Exporting the operator 'aten::x' to ONNX opset 11 is not supported",
+            "refused",
+        ),
+        ("compile: InternalError: unknown intrinsic Op(tirx.acos)", "crash"),
+        ("compile: InternalError: Check failed: (data_type == Float(32)) is false: not supported", "crash"),
+        ("import: TypeError: Binary operators must have the same datatype", "crash"),
+        ("import: TypeError: unsupported operand type(s) for +: 'Var' and 'int'", "crash"),
+        ("execute: RuntimeException: [ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : Non-zero status code", "crash"),
+        (
+            "execute: RuntimeException: [ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : Non-zero status code returned"
+            " while running ScatterElements node. Name:'' Status Message: CPU execution provider: MLFloat16 data"
+            " type is not supported with ScatterElements opset 16 when reduction is 'add'.",
+            "refused",
+        ),
+        ("hung at compile", "crash"),
+        ("died: -11 at compile", "crash"),
+    ],
+)
+def test_failures_are_classed_as_refusals_or_crashes(status, cls):
+    assert classify(status) == cls
+
+
+def _write_old_cache(path, schema, version, torch_version, ops) -> None:
+    path.write_text(
+        json.dumps({"schema": schema, "backend": "ort", "version": version, "torch": torch_version, "ops": ops})
+    )
+
+
+def test_a_schema_2_cache_is_never_read_as_classed(tmp_path, worker):
+    """Schema 2 stored failures as bare strings: they are probed again, not guessed from the text."""
+    versions = worker.start()["versions"]
+    path = cache_path(tmp_path, "ort", versions["ort"])
+    old = {"Add": {"f32,f32->f32": "ok", "f64,f64->f64": "compile: InternalError: made up"}}
+    _write_old_cache(path, 2, versions["ort"], versions["torch"], old)
+    add = type(
+        "Add",
+        (op_by_name("Add"),),
+        {"sigs": [s for s in op_by_name("Add").sigs if s[0][0] in (DType.float32, DType.float64)]},
+    )
+    tables = load_or_probe(worker, ["ort"], [add], tmp_path)
+    assert tables["ort"].outcome("Add", "f64,f64->f64").cls == "ok"  # probed again: ORT adds doubles
+    saved = json.loads(path.read_text())
+    assert saved["schema"] == SUPPORT_SCHEMA and saved["ops"]["Add"]["f32,f32->f32"] == {"class": "ok"}
+
+
+@pytest.mark.parametrize("entry", ["ok", {"class": "weird"}, {"class": "crash", "instance": 7}, {"detail": "x"}])
+def test_a_schema_3_cache_with_a_bad_entry_is_probed_again(tmp_path, worker, capsys, entry):
+    versions = worker.start()["versions"]
+    path = cache_path(tmp_path, "ort", versions["ort"])
+    _write_old_cache(path, SUPPORT_SCHEMA, versions["ort"], versions["torch"], {"Add": {"f32,f32->f32": entry}})
+    tables = load_or_probe(worker, ["ort"], select_ops(["Add"])[:1], tmp_path)
+    assert "ignoring unusable op-support cache" in capsys.readouterr().err
+    assert tables["ort"].outcome("Add", "f32,f32->f32").cls == "ok"
+
+
+def test_a_refusal_is_excluded_and_a_crash_is_kept_and_handed_on(tmp_path):
+    """Only the refused signature leaves the generator's choices; the crashing one stays and is
+    listed, with a graph that crashes the backend again."""
+    from nnsmith_cov.campaign.testcase import CaseSettings, failure, prepare, run_backend
+    from nnsmith_cov.gen.generator import GenConfig, generate
+
+    fake = "probe_backends:RefusesF64CrashesF16"
+    relu = op_by_name("Relu")
+    w = WorkerHandle([fake], tmp_path / "w.log")
+    try:
+        tables = load_or_probe(w, [fake], [relu], tmp_path)
+        table = tables[fake]
+        assert table.outcome("Relu", "f64->f64").cls == "refused"
+        assert table.outcome("Relu", "f32->f32").cls == "ok"
+        crashed = table.outcome("Relu", "f16->f16")
+        assert crashed.cls == "crash" and "Check failed" in crashed.detail
+        saved = json.loads(cache_path(tmp_path, fake, table.version).read_text())
+        assert saved["ops"]["Relu"]["f16->f16"]["class"] == "crash"
+
+        (narrow,) = restrict_ops([relu], tables.values())
+        assert [sig_key(s) for s in narrow.sigs] == ["f16->f16", "f32->f32"]
+        halves = [generate(GenConfig(nodes=2, ops=[narrow]), seed).graph for seed in range(6)]
+        assert any(graph.types[v].dtype is DType.float16 for graph in halves for v in graph.inputs)
+
+        (crash,) = probe_crashes(tables, [relu])
+        assert (crash.backend, crash.op, crash.sig_key) == (fake, "Relu", "f16->f16")
+        assert crash.status == crashed.detail
+        graph = crash.graph()
+        assert graph is not None and [i.op for i in graph.insts if i.op == "Relu"] == ["Relu"]
+        settings = CaseSettings([fake], timeout_s=60.0)
+        prepared, finding = prepare(w, graph, 0, settings)
+        assert finding is None and prepared.onnx is not None
+        found = failure(fake, "opt", run_backend(w, prepared, fake, "opt", 60.0))
+        assert found is not None and found.symptom == "crash" and "Check failed" in found.detail
+    finally:
+        w.close()
+
+
+def test_probe_crashes_lists_a_pytorch_failure_once():
+    add = op_by_name("Add")
+    key = sig_key(add.sigs[0])
+    torch_crash = Outcome("crash", "export: SymbolicValueError: boom")
+    tables = {b: SupportTable(b, "1", "t", {"Add": {key: torch_crash}}) for b in ("ort", "tvm")}
+    (crash,) = probe_crashes(tables, [add])
+    assert crash.backend == "torch" and crash.sig == add.sigs[0]
+
+
+def test_pytorch_crashes_are_not_cached_under_the_backend(tmp_path):
+    add = op_by_name("Add")
+    key = sig_key(add.sigs[0])
+    table = SupportTable("ort", "1", "t", {"Add": {key: Outcome("crash", "reference: NameError: boom")}})
+    assert table.to_json()["ops"] == {"Add": {}}
+    table.entries["Add"][key] = Outcome("crash", "compile: InternalError: boom")
+    assert table.to_json()["ops"]["Add"][key] == {
+        "class": "crash",
+        "detail": "compile: InternalError: boom",
+        "instance": 0,
+    }

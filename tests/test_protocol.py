@@ -72,3 +72,23 @@ def test_pipe_round_trip_and_end_of_stream():
     assert read_frame_blocking(r, reader) == {"kind": "hello", "x": [1, 2]}
     assert read_frame_blocking(r, reader) is None
     os.close(r)
+
+
+def test_what_msgpack_cannot_carry_is_a_protocol_error():
+    with pytest.raises(ProtocolError, match="cannot encode"):
+        frame({"kind": "prepare", "attrs": {"a": 10**400}})
+
+
+def test_deeply_nested_frames_are_protocol_errors():
+    for body in (b"\x91" * 100_000 + b"\xc0", msgpack.packb({"kind": "x", "v": _nested(100)})):
+        reader = FrameReader()
+        reader.feed(len(body).to_bytes(4, "big") + body)
+        with pytest.raises(ProtocolError, match="nested|msgpack"):
+            reader.next()
+
+
+def _nested(depth: int) -> list:
+    out: list = []
+    for _ in range(depth):
+        out = [out]
+    return out

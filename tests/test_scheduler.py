@@ -228,7 +228,13 @@ def test_proposals_fit_the_generator_and_round_trip():
 
 @pytest.mark.parametrize(
     "field, value",
-    [("op_weights", {"Add": -1.0}), ("bin_weights", {"pad": [1.0, "x"]}), ("forward_prob", 1.5), ("nodes", True)],
+    [
+        ("op_weights", {"Add": -1.0}),
+        ("bin_weights", {"pad": [1.0, "x"]}),
+        ("forward_prob", 1.5),
+        ("nodes", True),
+        ("mutation", "shuffle"),
+    ],
 )
 def test_malformed_proposals_are_rejected(field, value):
     obj = Scheduler(NAMES, 10, seed=14).propose().to_json() | {field: value}
@@ -246,6 +252,10 @@ def test_malformed_proposals_are_rejected(field, value):
         lambda st: st["rng"].update(state="not hex"),
         lambda st: st["config"]["params"].update(floor=0.0),
         lambda st: st["rate"].update(hits=float("nan")),
+        lambda st: st.update(recent=[1.0, -2.0]),
+        lambda st: st["config"].update(mutation="yes"),
+        lambda st: st.pop("recent"),
+        lambda st: st["children"].update(grow=[1, -1]),
     ],
 )
 def test_malformed_states_are_rejected(corrupt):
@@ -264,3 +274,79 @@ def test_bad_arguments_are_rejected():
         Scheduler(NAMES, 0)
     with pytest.raises(ValueError):
         BanditParams(floor=0.0)
+
+
+# -- the ranked reward, mutation arms, older states ------------------------------------------
+def test_the_score_weighs_branches_over_buckets_on_a_log_scale():
+    from nnsmith_cov.feedback.reward import novelty_score
+
+    assert novelty_score(None) == 0.0 and novelty_score(NOTHING) == 0.0 and novelty_score(NOTHING, rare=9) == 0.0
+    assert novelty_score(Novelty(1, 0)) == 1.0
+    assert novelty_score(Novelty(1, 0)) > novelty_score(Novelty(0, 3))  # a new branch beats three new buckets
+    assert novelty_score(Novelty(40, 0)) < 10 * novelty_score(Novelty(1, 0))  # not forty times one
+    assert novelty_score(Novelty(2, 0), rare=3) > novelty_score(Novelty(2, 0))
+    # a composite's parts count the same: the mean of their scores
+    assert novelty_score(Novelty(3, 0, ((3, 0), (0, 0)))) == pytest.approx(novelty_score(Novelty(3, 0)) / 2)
+
+
+def test_the_rank_still_tells_tests_apart_when_most_add_something():
+    from nnsmith_cov.feedback.reward import RecentRanks, novelty_score
+
+    busy = RecentRanks(100, [novelty_score(Novelty(int(n), 2)) for n in np.random.default_rng(0).poisson(4, 100)])
+    rewards = [busy.reward(novelty_score(n)) for n in (Novelty(30, 0), Novelty(4, 2), Novelty(0, 2), NOTHING)]
+    assert rewards[0] > 0.95 and 0.3 < rewards[1] < 0.7 and rewards[2] < 0.1 and rewards[3] == 0.0
+    assert rewards == sorted(rewards, reverse=True)
+    quiet = RecentRanks(100, [0.0] * 100)  # interesting tests are rare: any new branch is worth ~1, as before
+    assert quiet.reward(novelty_score(Novelty(1, 0))) > 0.99 and quiet.reward(novelty_score(Novelty(0, 1))) > 0.98
+    assert reward_of(Novelty(30, 0)) == reward_of(Novelty(1, 0)) == 1.0  # the saturating one cannot
+
+
+def test_with_dense_rewards_the_rank_finds_the_richer_op_and_saturation_does_not():
+    from nnsmith_cov.feedback.simulate import run_novelty
+
+    def dense(rec: GenRecord, t: int, rng: np.random.Generator) -> Novelty:
+        return Novelty(int(rng.poisson(12 if "Conv2d" in rec.ops else 3)), int(rng.poisson(5)))
+
+    ranked = run_novelty(Scheduler(NAMES, 10, seed=3), dense, 500, seed=3)
+    flat = run_novelty(Scheduler(NAMES, 10, seed=3, params=BanditParams(window=0)), dense, 500, seed=3)
+    assert np.mean(ranked.interesting) > 0.95 and ranked.op_prob("Conv2d", 350) * K > 1.5
+    assert flat.op_prob("Conv2d", 350) * K < 1.2
+    assert np.mean(ranked.added[250:]) > np.mean(flat.added[250:])
+
+
+def test_mutation_arms_are_learned_for_seeded_tests():
+    from nnsmith_cov.feedback.mutate import ARMS
+
+    s = Scheduler(NAMES, 10, seed=4, mutation=True)
+    props = [s.propose() for _ in range(300)]
+    assert {p.mutation for p in props if p.seeded} == set(ARMS) and all(
+        p.mutation is None for p in props if not p.seeded
+    )
+    for _ in range(600):  # splicing pays, the rest does not
+        p = s.propose()
+        s.observe(p, record(["Relu"]), NEW if p.seeded and p.mutation == "splice" else NOTHING)
+    picks = [p.mutation for p in (s.propose() for _ in range(600)) if p.seeded]
+    assert picks.count("splice") > 0.5 * len(picks)
+    tried, gained = s.children["splice"]
+    assert tried > 0 and gained == tried and sum(g for _, g in s.children.values()) == gained
+    # without mutation the proposals are what they were: nothing more is drawn
+    a, b = Scheduler(NAMES, 10, seed=5), Scheduler(NAMES, 10, seed=5, mutation=True)
+    pa, pb = a.propose(), b.propose()
+    assert dataclasses.replace(pb, mutation=None) == pa and pa.mutation is None
+
+
+def test_a_schema_3_state_resumes_with_mutation_off_and_the_default_window():
+    s = Scheduler(NAMES, 10, seed=7)
+    run(s, conv_rule, 50, seed=7)
+    old = json.loads(json.dumps(s.state()))
+    old["schema"] = 3
+    del old["config"]["mutation"], old["groups"]["mutation"], old["recent"], old["config"]["params"]["window"]
+    del old["children"], old["config"]["forms"]  # (schema 3 had no export-form arms either)
+    back = Scheduler.from_state(old)
+    assert back.mutation is False and back.params.window == BanditParams.window and list(back.ranks.recent) == []
+    assert back.groups["op"].to_json() == s.groups["op"].to_json() and back.steps == s.steps
+    assert back.propose() == s.propose()
+    assert Scheduler.from_state(json.loads(json.dumps(back.state()))).state() == back.state()
+    old_proposal = s.propose().to_json()
+    del old_proposal["mutation"]
+    assert Proposal.from_json(old_proposal).mutation is None

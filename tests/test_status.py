@@ -8,7 +8,7 @@ import re
 import pytest
 from rich.console import Console
 
-from nnsmith_cov.campaign.fuzz_loop import RunStats
+from nnsmith_cov.campaign.run_stats import RunStats
 from nnsmith_cov.campaign.status import Ticker, log_console, log_line, recent_rate, screen
 from nnsmith_cov.cli import main
 from nnsmith_cov.feedback.scheduler import Scheduler
@@ -30,7 +30,9 @@ LOG = re.compile(r"\[\d+:\d\d:\d\d\] tests \d+ \(\d+\.\d\d/s\) passed \d+ no-val
 
 def _stats() -> RunStats:
     """Twelve minutes of a campaign, every counter distinct."""
-    st = RunStats(tests=713, executed=690, passed=650, no_values=9, gen_failed=2, infeasible=3, faults=1, restarts=4)
+    st = RunStats(
+        tests=713, executed=690, passed=650, no_values=9, gen_failed=2, infeasible=3, internal_errors=1, restarts=4
+    )
     st.branches, st.pass_branches, st.universe = 4512, 405, 105304
     st.cov_tests, st.corpus, st.last_new_s, st.last_unique_s = 111, 115, 648.0, 500.0
     st.starts.extend(660.0 + i for i in range(60))  # one start a second over the last minute
@@ -67,7 +69,7 @@ def test_screen_shows_every_box_with_its_numbers():
     # overall results
     assert "tests 713 / 1000" in flat and "executed 690, passed 650" in flat
     assert "no values 9, gen failed 2" in flat and "infeasible 3 dropped" in flat
-    assert "tests/s 1.00 (1 min), 0.99 all" in flat and "restarts 4, faults 1" in flat
+    assert "tests/s 1.00 (1 min), 0.99 all" in flat and "restarts 4, internal errors 1" in flat
     # coverage
     assert "branches 4512/105304 (4.28%)" in flat and "pass-only 405" in flat
     assert "corpus 115" in flat and "new-cov tests 111" in flat
@@ -139,7 +141,7 @@ def test_the_log_line_is_one_line_with_every_section():
     line = log_line(_stats(), now=720.0, arms=ARMS)
     assert "\n" not in line and LOG.fullmatch(line)
     assert line == (
-        "[0:12:00] tests 713 (1.00/s) passed 650 no-values 9 restarts 4 faults 1"
+        "[0:12:00] tests 713 (1.00/s) passed 650 no-values 9 restarts 4 internal 1"
         " | branches 4512/105304 (pass 405) corpus 115 last-new 0:01:12"
         " | findings crash 30 inconsistency 12 (unique 25)"
         " | top ops Conv2d 0.04 Add 0.03 Relu 0.02; opset 17 0.5 20 0.25; dynamic 0.25; seeded 0.3"
@@ -185,7 +187,8 @@ def test_fuzz_without_a_terminal_logs_plain_lines(tmp_path, capsys, monkeypatch)
     counts = [int(re.search(r"tests (\d+)", line).group(1)) for line in lines]
     assert counts == sorted(counts) and counts[-1] == 30  # the last line is the campaign's end
     # resumed with nothing left to do: the one line still knows when coverage last grew
-    assert main(["fuzz", "--resume", str(tmp_path / "c"), "--tests", "30"]) == 0
+    plugins = ["--plugin", "fake_coverage:SigmoidPays", "--plugin", "fake_coverage:OpCollector"]
+    assert main(["fuzz", "--resume", str(tmp_path / "c"), "--tests", "30", *plugins]) == 0
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[")]
     assert len(lines) == 1 and " tests 30 " in lines[0] and " last-new never " not in lines[0]
 

@@ -24,6 +24,12 @@ from nnsmith_cov.abstract.symbols import int_sym
 from nnsmith_cov.abstract.tensor import AbsTensor, Dim
 
 MAX_RANK = 5
+# The largest magnitude a symbolic attribute may take: PyTorch narrows pooling windows and
+# strides to C int (avg_pool raises "value cannot be converted to type int without
+# overflow"), and nothing in a valid graph needs more. Z3 may otherwise pick any value for
+# an attribute that nothing bounds from above (the stride of a pool with a single window,
+# the dilation of a kernel of 1, a Tril diagonal past the matrix).
+ATTR_LIMIT = 2**31 - 1
 # The ONNX opsets a graph may be exported at: below 11 the exporter writes Pad, Slice and
 # TopK with attributes, which the single-node lowering (`abstract.layout.lowered`) does not.
 MIN_OPSET, MAX_OPSET = 11, 20
@@ -89,6 +95,9 @@ class OpSpec:
     # ONNX admits that dtype only later (an exporter/ONNX fact, checked by the spec tests).
     min_opset: ClassVar[int] = MIN_OPSET
     min_opset_for: ClassVar[dict[DType, int]] = {}
+    # ONNX forms the op can be exported in, drawn under the label FORM_DRAW (empty: one form)
+    FORMS: ClassVar[tuple[str, ...]] = ()
+    FORM_DRAW: ClassVar[str] = ""
     out_rank: int | None = None  # set by backward insertion before `setup`; None when forward
 
     def __init__(self, uid: int) -> None:
@@ -179,6 +188,17 @@ class OpSpec:
         low = {AttrKind.SIZE: 1, AttrKind.PAD: 0}
         return [sym >= low[self.kinds[n]] for n, sym in self.sym.items() if self.kinds[n] in low]
 
+    def attr_limits(self) -> list[z3.BoolRef]:
+        """Every symbolic attribute within +-ATTR_LIMIT. Added only when a model breaks them
+        (`wide_attrs`): as part of every check they would change the graph of every seed."""
+        return [z3.And(sym >= -ATTR_LIMIT, sym <= ATTR_LIMIT) for sym in self.sym.values()]
+
+    def wide_attrs(self, model: z3.ModelRef) -> list[str]:
+        """The symbolic attributes whose value in `model` lies beyond +-ATTR_LIMIT."""
+        return [
+            name for name, sym in self.sym.items() if abs(model.eval(sym, model_completion=True).as_long()) > ATTR_LIMIT
+        ]
+
     def bin_constraints(self, draw: ChoiceSource, x: list[AbsTensor], k: int) -> list[z3.BoolRef]:
         """Specialized binning (k bins) for FREE attributes (e.g. slice ranges)."""
         return []
@@ -262,3 +282,8 @@ class Broadcast(OpSpec):
         # One input keeps the output rank; the others may be lower and broadcast.
         keeper = draw.index("bcast_keeper", self.arity())
         return [out_rank if i == keeper else draw.integer("bcast_rank", 0, out_rank) for i in range(self.arity())]
+
+
+def export_forms(ops: Sequence[type[OpSpec]]) -> dict[str, tuple[str, ...]]:
+    """The form draws of `ops`: label -> option names (ops sharing a label share its options)."""
+    return {op.FORM_DRAW: tuple(op.FORMS) for op in ops if op.FORM_DRAW and op.FORMS}

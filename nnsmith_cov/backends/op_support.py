@@ -2,31 +2,40 @@
 models through the fuzzer's own path (search, export, worker), cached on disk as JSON.
 
 Cache file `<cache>/support-<backend>-<version>.json`, schema SUPPORT_SCHEMA, e.g.
-    {"schema": 2, "backend": "tvm", "version": "0.27.0.post1", "torch": "2.13.0+cpu",
-     "ops": {"Add": {"f32,f32->f32": "ok"},
-             "Acos": {"f16->f16": "compile: InternalError: unknown intrinsic ..."}}}
-An entry is "ok", "untested: <why>" (no single-op model could be made: kept, nothing learned)
-or the reason the backend refused the models: a refusal needs every one of up to
-PROBE_INSTANCES instances refused (schema 1 probed one; its refusals are probed again).
+    {"schema": 3, "backend": "tvm", "version": "0.27.0.post1", "torch": "2.13.0+cpu",
+     "ops": {"Add": {"f32,f32->f32": {"class": "ok"}},
+             "Celu": {"f32->f32": {"class": "refused", "detail": "import: OpNotImplemented: ..."}},
+             "Acos": {"f16->f16": {"class": "crash", "detail": "compile: InternalError: ...",
+                                   "instance": 0}}}}
+Each entry has a class:
+- "ok": one of the probe instances ran (wrong outputs are findings, not missing support);
+- "untested": no single-op model could be made (kept, nothing learned);
+- "refused": every one of up to PROBE_INSTANCES instances failed with the frontend's or
+  runtime's own "not supported" for the op and type: the only class `restrict_ops` drops;
+- "crash": anything else (internal error, failed check, type error in an importer, signal,
+  hang): a bug of the backend, so the signature stays in the generator's choices and
+  `probe_crashes` hands the failing instance (`instance`) to the campaign to file.
+Older schemas stored bare status strings and no class: their failures are probed again.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from nnsmith_cov.abstract.dtype import DType
 from nnsmith_cov.abstract.op import OpSpec
 from nnsmith_cov.campaign.testcase import CaseSettings, prepare, run_backend
-from nnsmith_cov.campaign.worker_handle import WorkerHandle
+from nnsmith_cov.campaign.worker_handle import Reply, WorkerHandle
 from nnsmith_cov.gen.generator import GenConfig, GenerationError, generate
 from nnsmith_cov.gen.graph_ir import GraphIR
 
-SUPPORT_SCHEMA = 2
+SUPPORT_SCHEMA = 3
 # Instances of an (op, sig) a backend must all refuse to be marked as not supporting it: one
 # unlucky instance (all dims 1: TVM's trilinear Resize divides by zero) must not bar the op
 # from every campaign; such bugs are for the fuzzer to find.
@@ -35,15 +44,83 @@ Sig = tuple[tuple[DType, ...], tuple[DType, ...]]
 # Probes need NaN/Inf-free values to be exported at all; single ops find them fast.
 _PROBE_SEARCH = {"method": "gradient", "max_iters": 64, "budget_ms": 2000}
 _SAVE_EVERY = 25  # probes between cache writes, so an interrupted probe keeps its progress
+_DETAIL_CHARS = 200  # of a failure's message kept in the cache
+CLASSES = ("ok", "untested", "refused", "crash")
+# A backend (or PyTorch) saying it has no implementation for the op and type. Checked after
+# _CRASH: "Check failed: unsupported dtype" is a failed internal check, a bug, not a refusal.
+_REFUSAL = re.compile(
+    r"NOT_IMPLEMENTED|OpNotImplemented|OpAttributeUnImplemented|NotImplemented|not implemented"
+    r"|not supported|unsupported|UnsupportedOperatorError",
+    re.IGNORECASE,
+)
+# Failed checks, deaths, hangs and Python errors inside a frontend ("unsupported operand
+# type(s)" is a TypeError in the importer's own code): bugs, whatever words they use.
+_CRASH = re.compile(
+    r"InternalError|Check failed|^hung |^died"
+    r"|^\w+: (TypeError|AttributeError|KeyError|IndexError|AssertionError|ZeroDivisionError|NameError"
+    r"|UnboundLocalError|RecursionError):"
+)
+# Stages of a failure that PyTorch (the search or the exporter) had, not the backend.
+_TORCH_STAGES = ("reference", "export")
 
 
 class SupportError(Exception):
     """No usable operator is left, or the cache folder is unusable."""
 
 
-def usable(status: str) -> bool:
-    """A probe status that lets the generator use the (op, sig): accepted, or nothing learned."""
-    return status == "ok" or status.startswith("untested")
+def classify(status: str) -> str:
+    """The class of a probe failure's status text ("<stage>: <type>: <message>", "hung at
+    <stage>" or "died: <signal> at <stage>"): "refused" or "crash"."""
+    if _CRASH.search(status):
+        return "crash"
+    return "refused" if _REFUSAL.search(status) else "crash"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What probing one (op, sig) on one backend found."""
+
+    cls: str  # one of CLASSES
+    detail: str = ""  # the failure's status text (of the instance that decided the class)
+    instance: int = 0  # which probe instance that was (probe_graphs order)
+
+    def __post_init__(self) -> None:
+        if self.cls not in CLASSES:
+            raise ValueError(f"unknown probe class {self.cls!r}")
+
+    @property
+    def torch_crash(self) -> bool:
+        """A crash of PyTorch (the search or the exporter), not of the backend probed."""
+        return self.cls == "crash" and self.detail.split(":", 1)[0] in _TORCH_STAGES
+
+    @property
+    def usable(self) -> bool:
+        """Whether the generator keeps the (op, sig): everything but a refusal."""
+        return self.cls != "refused"
+
+    def text(self) -> str:
+        return self.cls if not self.detail else f"{self.cls}: {self.detail}"
+
+    def to_json(self) -> dict:
+        out: dict = {"class": self.cls}
+        if self.detail:
+            out["detail"] = self.detail
+        if self.cls == "crash":
+            out["instance"] = self.instance
+        return out
+
+    @staticmethod
+    def from_json(obj: object) -> Outcome:
+        """Raises ValueError/TypeError/KeyError on anything but a schema-3 entry."""
+        if not isinstance(obj, dict) or not isinstance(obj.get("detail", ""), str):
+            raise ValueError("not a probe entry")
+        instance = obj.get("instance", 0)
+        if not isinstance(instance, int) or not 0 <= instance < PROBE_INSTANCES:
+            raise ValueError("bad probe instance")
+        return Outcome(obj["class"], obj.get("detail", ""), instance)
+
+
+OK = Outcome("ok")
 
 
 def sig_key(sig: Sig) -> str:
@@ -55,14 +132,19 @@ class SupportTable:
     backend: str
     version: str
     torch: str
-    entries: dict[str, dict[str, str]] = field(default_factory=dict)  # op -> sig key -> status
+    entries: dict[str, dict[str, Outcome]] = field(default_factory=dict)  # op -> sig key -> outcome
 
-    def status(self, op: str, key: str) -> str | None:
+    def outcome(self, op: str, key: str) -> Outcome | None:
         return self.entries.get(op, {}).get(key)
 
+    def status(self, op: str, key: str) -> str | None:
+        """The outcome as one line ("ok", "refused: compile: ..."), or None if not probed."""
+        found = self.outcome(op, key)
+        return None if found is None else found.text()
+
     def supported(self, op: str, key: str) -> bool:
-        status = self.status(op, key)
-        return status is None or usable(status)
+        found = self.outcome(op, key)
+        return found is None or found.usable
 
     def to_json(self) -> dict:
         return {
@@ -70,7 +152,12 @@ class SupportTable:
             "backend": self.backend,
             "version": self.version,
             "torch": self.torch,
-            "ops": self.entries,
+            # PyTorch's own crashes (the value search or the exporter failing) are left out:
+            # they are the harness's or PyTorch's, so they are probed again at the next start
+            # rather than frozen under the backend's version.
+            "ops": {
+                op: {k: o.to_json() for k, o in sigs.items() if not o.torch_crash} for op, sigs in self.entries.items()
+            },
         }
 
 
@@ -83,28 +170,46 @@ def cache_path(cache_dir: Path, backend: str, version: str) -> Path:
     return cache_dir / f"support-{safe}.json"
 
 
+def _from_strings(ops: dict) -> dict[str, dict[str, Outcome]]:
+    """Entries of a schema 1 or 2 cache (bare status strings, no class): what worked and what
+    was untested are kept; failures were never classed, so they are left out (probed again)."""
+    entries: dict[str, dict[str, Outcome]] = {}
+    for op, sigs in ops.items():
+        if not isinstance(sigs, dict) or not all(isinstance(v, str) for v in sigs.values()):
+            raise ValueError("not a status table")
+        kept = {}
+        for key, status in sigs.items():
+            if status == "ok":
+                kept[key] = OK
+            elif status.startswith("untested"):
+                kept[key] = Outcome("untested", status.partition(": ")[2])
+        entries[op] = kept
+    return entries
+
+
 def _load(path: Path, backend: str, version: str, torch: str) -> SupportTable | None:
     """The cached table, or None when absent, unreadable or made for other versions."""
     if not path.exists():
         return None
+    entries = None
     try:
         obj = json.loads(path.read_text())
-        ok = (
-            obj.get("schema") in (1, SUPPORT_SCHEMA)
+        if (
+            obj.get("schema") in (1, 2, SUPPORT_SCHEMA)
             and obj.get("backend") == backend
             and obj.get("version") == version
             and obj.get("torch") == torch
             and isinstance(obj.get("ops"), dict)
-            and all(isinstance(v, dict) and all(isinstance(s, str) for s in v.values()) for v in obj["ops"].values())
-        )
-    except (OSError, ValueError, AttributeError):
-        ok = False
-    if not ok:
+        ):
+            if obj["schema"] == SUPPORT_SCHEMA:
+                entries = {op: {k: Outcome.from_json(v) for k, v in sigs.items()} for op, sigs in obj["ops"].items()}
+            else:
+                entries = _from_strings(obj["ops"])
+    except (OSError, ValueError, AttributeError, TypeError, KeyError):
+        entries = None
+    if entries is None:
         print(f"nnsmith-cov: ignoring unusable op-support cache {path}; probing again", file=sys.stderr)
         return None
-    entries = obj["ops"]
-    if obj["schema"] == 1:  # refused after one instance: probe those again
-        entries = {op: {k: v for k, v in sigs.items() if usable(v)} for op, sigs in entries.items()}
     return SupportTable(backend, version, torch, entries)
 
 
@@ -152,43 +257,101 @@ def probe_graph(op: type[OpSpec], sig: Sig) -> GraphIR | None:
     return graphs[0] if graphs else None
 
 
-def probe(worker: WorkerHandle, op: type[OpSpec], sig: Sig, backends: list[str], timeout_s: float) -> dict[str, str]:
-    """Status per backend of one (op, sig): "ok" once a backend takes one instance, else the
-    reason it refused the first."""
+def _decide(failures: list[tuple[int, str, str]]) -> Outcome:
+    """The outcome of a backend that took no instance, from (instance, class, status) of each
+    failure: one crash makes it a crash (that instance is the one to file), refusals on all
+    instances that ran a refusal; instances that could not be made say nothing."""
+    for want in ("crash", "refused", "untested"):
+        for instance, cls, status in failures:
+            if cls == want:
+                return Outcome(cls, status, instance if cls == "crash" else 0)
+    return Outcome("untested", "no single-operator graph")
+
+
+def _run_failure(reply: Reply) -> tuple[str, str]:
+    """(class, one line) of a failed backend run: "<stage>: <type>: <message>", or how it
+    died. The class is read from the whole message (ORT names the dtype it does not
+    support far past the line's first 160 characters)."""
+    if reply.msg is None:
+        status = f"{'hung' if reply.hung else 'died: ' + str(reply.died)} at {reply.stage}"
+        return classify(status), status
+    e = reply.msg["error"]
+    head = f"{e['stage']}: {e['type']}: "
+    first = (e["message"].strip().splitlines() or [""])[0]
+    return classify(head + e["message"]), head + first[:_DETAIL_CHARS]
+
+
+def probe(
+    worker: WorkerHandle, op: type[OpSpec], sig: Sig, backends: list[str], timeout_s: float
+) -> dict[str, Outcome]:
+    """Outcome per backend of one (op, sig): ok once a backend takes one instance, else its
+    failures classed (see `_decide`)."""
     graphs = probe_graphs(op, sig)
-    if not graphs:
-        return dict.fromkeys(backends, "untested: no single-operator graph")
     settings = CaseSettings(backends, timeout_s=timeout_s, search=_PROBE_SEARCH)
-    out: dict[str, str] = {}
-    for graph in graphs:
+    failures: dict[str, list[tuple[int, str, str]]] = {b: [] for b in backends}
+    done: set[str] = set()
+    for i, graph in enumerate(graphs):
         prepared, finding = prepare(worker, graph, 0, settings)
-        if finding is not None:  # PyTorch or its exporter refused: no backend can be given this op
+        if finding is not None:  # PyTorch failed: no backend can be given this instance
+            cls = classify(f"{finding.stage}: {finding.detail}")
             for b in backends:
-                out.setdefault(b, f"{finding.stage}: {finding.detail[:160]}")
+                failures[b].append((i, cls, f"{finding.stage}: {finding.detail[:_DETAIL_CHARS]}"))
             continue
         if prepared.onnx is None:
             for b in backends:
-                out.setdefault(b, "untested: no NaN/Inf-free values")
+                failures[b].append((i, "untested", "no NaN/Inf-free values"))
             continue
         for b in backends:
-            if out.get(b) == "ok":
+            if b in done:
                 continue
             reply = run_backend(worker, prepared, b, "opt", timeout_s)
-            if reply.msg is None:
-                status = f"{'hung' if reply.hung else 'died: ' + str(reply.died)} at {reply.stage}"
-            elif reply.msg["kind"] == "error":
-                e = reply.msg["error"]
-                first = (e["message"].strip().splitlines() or [""])[0]
-                status = f"{e['stage']}: {e['type']}: {first[:160]}"
+            if reply.msg is not None and reply.msg["kind"] != "error":
+                done.add(b)  # wrong outputs are findings, not missing support
             else:
-                status = "ok"  # wrong outputs are findings, not missing support
-            if status == "ok":
-                out[b] = status
-            else:
-                out.setdefault(b, status)
-        if all(out.get(b) == "ok" for b in backends):
+                failures[b].append((i, *_run_failure(reply)))
+        if done == set(backends):
             break
-    return out
+    return {b: OK if b in done else _decide(failures[b]) for b in backends}
+
+
+@dataclass(frozen=True)
+class ProbeCrash:
+    """A probe instance that crashed a backend (or PyTorch: backend "torch"): a finding the
+    campaign files by running `graph()` as a test of its own."""
+
+    backend: str
+    op: str
+    sig_key: str
+    status: str  # "<stage>: <type>: <message>" or how it died
+    spec: type[OpSpec] = field(repr=False, compare=False)
+    sig: Sig = field(repr=False, compare=False)
+    instance: int = 0
+
+    def graph(self) -> GraphIR | None:
+        """The single-operator graph that crashed (probe instances are deterministic)."""
+        graphs = probe_graphs(self.spec, self.sig, count=self.instance + 1)
+        return graphs[self.instance] if len(graphs) > self.instance else None
+
+
+def probe_crashes(
+    tables: Mapping[str, SupportTable] | Iterable[SupportTable], ops: Sequence[type[OpSpec]]
+) -> list[ProbeCrash]:
+    """The crashes the probe recorded for `ops` (the unrestricted specs), one per (backend,
+    op, sig); a PyTorch failure common to all backends is listed once, as backend "torch"."""
+    tables = list(tables.values()) if isinstance(tables, Mapping) else list(tables)
+    out: dict[tuple[str, str, str], ProbeCrash] = {}
+    for op in ops:
+        for sig in op.sigs:
+            key = sig_key(sig)
+            for t in tables:
+                found = t.outcome(op.name(), key)
+                if found is None or found.cls != "crash":
+                    continue
+                who = "torch" if found.torch_crash else t.backend
+                out.setdefault(
+                    (who, op.name(), key), ProbeCrash(who, op.name(), key, found.detail, op, sig, found.instance)
+                )
+    return list(out.values())
 
 
 def load_or_probe(
@@ -211,23 +374,24 @@ def load_or_probe(
         (op, sig)
         for op in ops
         for sig in op.sigs
-        if any(t.status(op.name(), sig_key(sig)) is None for t in tables.values())
+        if any(t.outcome(op.name(), sig_key(sig)) is None for t in tables.values())
     ]
     for i, (op, sig) in enumerate(todo):
         if progress:
             progress(f"probing operator support: {op.name()} {sig_key(sig)} ({i + 1}/{len(todo)})")
-        need = [b for b in backends if tables[b].status(op.name(), sig_key(sig)) is None]
-        for b, status in probe(worker, op, sig, need, timeout_s).items():
-            tables[b].entries.setdefault(op.name(), {})[sig_key(sig)] = status
+        need = [b for b in backends if tables[b].outcome(op.name(), sig_key(sig)) is None]
+        for b, found in probe(worker, op, sig, need, timeout_s).items():
+            tables[b].entries.setdefault(op.name(), {})[sig_key(sig)] = found
         if (i + 1) % _SAVE_EVERY == 0 or i + 1 == len(todo):
-            for b in need:
+            for b in backends:
                 _save(tables[b], paths[b])
     return tables
 
 
 def restrict_ops(ops: Sequence[type[OpSpec]], tables: Iterable[SupportTable]) -> list[type[OpSpec]]:
-    """Each op narrowed to the signatures every table supports (same name, so GraphIR and
-    materialization see the original op); ops with none left are dropped."""
+    """Each op narrowed to the signatures no table refused (same name, so GraphIR and
+    materialization see the original op); ops with none left are dropped. Crashes stay: the
+    campaign files them (`probe_crashes`) and meets them again in larger graphs."""
     tables = list(tables)
     out = []
     for op in ops:
@@ -242,11 +406,13 @@ def restrict_ops(ops: Sequence[type[OpSpec]], tables: Iterable[SupportTable]) ->
     return out
 
 
-def summary_rows(tables: dict[str, SupportTable]) -> list[tuple[str, int, int]]:
-    """(backend, supported, refused) counts of (op, sig) pairs."""
+def summary_rows(tables: Mapping[str, SupportTable]) -> list[tuple[str, dict[str, int]]]:
+    """(backend, number of (op, sig) pairs per class) for each table."""
     rows = []
     for b, t in tables.items():
-        statuses = [s for sigs in t.entries.values() for s in sigs.values()]
-        ok = sum(usable(s) for s in statuses)
-        rows.append((b, ok, len(statuses) - ok))
+        counts = dict.fromkeys(CLASSES, 0)
+        for sigs in t.entries.values():
+            for found in sigs.values():
+                counts[found.cls] += 1
+        rows.append((b, counts))
     return rows

@@ -154,6 +154,11 @@ def _attempt(
     if solver.check() != z3.sat:  # pragma: no cover - every kept group was checked
         return None
     model = solver.model()
+    if op.wide_attrs(model):  # an attribute nothing bounds took a value PyTorch cannot take
+        solver.add(*op.attr_limits())
+        if solver.check() != z3.sat:
+            return None
+        model = solver.model()
     return Instance(
         cls.name(),
         op.concrete_attrs(model),

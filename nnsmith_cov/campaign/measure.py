@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from nnsmith_cov.bounded_read import read_json
 from nnsmith_cov.campaign.testcase import CaseResult, CaseSettings, run_test
 from nnsmith_cov.campaign.worker_handle import WorkerHandle
 from nnsmith_cov.coverage.universe import Universe
@@ -28,7 +28,7 @@ def read_model_dir(path: Path) -> tuple[GraphIR, int]:
     meta = path / "record.json" if (path / "record.json").is_file() else path / "meta.json"
     try:
         graph = GraphIR.loads((path / "graph.json").read_text(), known_op=is_op)
-        seed = json.loads(meta.read_text())["seed"]
+        seed = read_json(meta)["seed"]
     except FileNotFoundError as e:
         raise MeasureError(f"{path}: not a model folder ({Path(e.filename).name} is missing)") from None
     except (ValueError, KeyError, TypeError, GraphIRError) as e:

@@ -56,6 +56,8 @@ from typing import Any
 import msgpack
 import numpy as np
 
+from nnsmith_cov.bounded_read import DataError, unpack_msgpack
+
 PROTOCOL_VERSION = 1
 _HEADER = struct.Struct(">I")
 MAX_FRAME = 1 << 30  # a frame beyond 1 GiB means a corrupt stream, not a model
@@ -88,7 +90,14 @@ def decode_arrays(objs: Mapping[str, Any]) -> dict[str, np.ndarray]:
 
 
 def frame(msg: Mapping[str, Any]) -> bytes:
-    body = msgpack.packb(msg, use_bin_type=True)
+    """The frame of `msg`; ProtocolError for what msgpack cannot carry (an integer beyond 64
+    bits, an object nested past its limit, a type it does not know) or a body past MAX_FRAME."""
+    try:
+        body = msgpack.packb(msg, use_bin_type=True)
+    except (OverflowError, ValueError, TypeError) as e:
+        raise ProtocolError(f"cannot encode a {msg.get('kind', 'message')!r} frame: {e}") from None
+    if len(body) > MAX_FRAME:
+        raise ProtocolError(f"a {msg.get('kind', 'message')!r} frame of {len(body)} bytes")
     return _HEADER.pack(len(body)) + body
 
 
@@ -119,9 +128,9 @@ class FrameReader:
         body = bytes(self._buf[_HEADER.size : _HEADER.size + size])
         del self._buf[: _HEADER.size + size]
         try:
-            msg = msgpack.unpackb(body, raw=False)
-        except (ValueError, msgpack.UnpackException) as e:
-            raise ProtocolError(f"undecodable frame: {e}") from None
+            msg = unpack_msgpack(body, "frame")
+        except DataError as e:
+            raise ProtocolError(str(e)) from None
         if not isinstance(msg, dict) or "kind" not in msg:
             raise ProtocolError("frame without a kind")
         return msg

@@ -7,6 +7,8 @@ RUN/stats.json        counters, rewritten (temp file + rename) every few seconds
 RUN/findings.jsonl    one line per finding: {"test": 3, "seed": 77, "signature": "...",
                        "new": true, "bundle": "findings/crash-tvm-compile-3fa2c1d0e9ab", ...}
 RUN/findings/<kind>-<backend>-<stage>-<id>/   one bundle per unique signature (oracle/bundle.py)
+RUN/internal.jsonl, RUN/internal/   nnsmith-cov's own errors, apart from findings (campaign/internal.py)
+RUN/findings/.staged/, RUN/internal/.staged/   bundles of a test not yet committed (campaign/ledger.py)
 RUN/workers/w0.log    what the worker printed (cut when it grows past a limit)
 """
 
@@ -21,6 +23,33 @@ from nnsmith_cov.oracle.finding import Finding
 from nnsmith_cov.oracle.signature import short_id
 
 RUN_SCHEMA = 1
+# RUN/stats.json: {"schema": RUN_SCHEMA} | RunStats.to_json() (campaign/run_stats.py), plus
+# "scheduler" (Scheduler.summary()) with feedback on. Counts run from the campaign's start (a
+# resumed campaign carries them on); times are campaign seconds, before a resume included.
+#
+#   {"schema": 1,
+#    "elapsed_s": 3600.125,
+#    "tests": 412,                  test cases started (graphs asked for)
+#    "executed": 380,               reached at least one backend
+#    "passed": 371,
+#    "no_values": 9,                the value search found no NaN/Inf-free values: not tested
+#    "generation_failed": 2,
+#    "infeasible_dropped": 21,      graphs the generator dropped as proven to have no valid values
+#    "internal_errors": 1,          tests ended by an error of nnsmith-cov's own code
+#    "internal_signatures": 1,      ... distinct ones (RUN/internal.jsonl has each)
+#    "findings": {"crash/compile/tvm": 6, "inconsistency/execute/ort": 3},   symptom/stage/backend
+#    "unique_signatures": 4,
+#    "last_unique_s": 2810.5,       when the last new signature came (null before the first)
+#    "worker_restarts": 1,          by this process (not carried over a resume)
+#    "corpus": 57,                  tests kept for new coverage
+#    "op_tests": {"Add": 118, "Conv2d": 40, ...},                generated tests holding each op
+#    "export_tests": {"opset 13": 380, "static": 380, ...},      ... by export plan
+#    "coverage": {"branches": 4466, "pass_branches": 210, "universe": 105304,
+#                 "interesting_tests": 57, "last_new_s": 3522.0,
+#                 "parts": {"python": {"branches": 3100, "pass_branches": 150, "universe": 61000}, ...}},
+#                 (null without a collector; "parts" with a composite collector only)
+#    "scheduler": {"feedback": true, "tests": 412, "rate": 0.14, "op": [["Conv2d", 0.031], ...],
+#                  "nodes": [[10, 0.41], ...], ...}}        (with feedback only)
 
 
 class RunDirError(Exception):
@@ -46,6 +75,12 @@ class RunDir:
     def write_json(self, name: str, obj: Any) -> None:
         tmp = self.root / f".{name}.tmp"
         tmp.write_text(json.dumps(obj, indent=1) + "\n")
+        os.replace(tmp, self.root / name)
+
+    def write_lines(self, name: str, lines: list[str]) -> None:
+        """Replace a line file whole (temp file + rename: a reader sees the old or the new one)."""
+        tmp = self.root / f".{name}.tmp"
+        tmp.write_text("".join(line + "\n" for line in lines))
         os.replace(tmp, self.root / name)
 
     def bundle_path(self, finding: Finding) -> Path:

@@ -21,7 +21,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from nnsmith_cov.campaign.fuzz_loop import RunStats
+from nnsmith_cov.campaign.run_stats import RunStats
 
 RATE_WINDOW_S = 60.0  # the recent test rate: over the last minute
 STAGE_WINDOW = 200  # stage medians over the latest tests: today's speed, not the campaign's history
@@ -36,6 +36,8 @@ ARM_GROUPS = (
     ("opset", "opset"),
     ("dynamic", "shape"),
     ("roundtrip", "IR text"),
+    ("form", "ONNX forms"),
+    ("mutation", "mutation"),
 )
 
 
@@ -149,7 +151,7 @@ def result_rows(st: RunStats, now: float, max_tests: int | None = None) -> list[
         ["no values", f"{st.no_values}, gen failed {st.gen_failed}"],
         ["infeasible", f"{st.infeasible} dropped"],
         ["tests/s", f"{recent_rate(st, now):.2f} (1 min), {overall_rate(st, now):.2f} all"],
-        ["restarts", f"{st.restarts}, faults {st.faults}"],
+        ["restarts", f"{st.restarts}, internal errors {st.internal_errors}"],
     ]
 
 
@@ -256,7 +258,7 @@ def log_line(
         f"[{_fmt_time(now)}] tests {st.tests} ({recent_rate(st, now):.2f}/s) passed {st.passed} "
         f"no-values {st.no_values}"
         + (f" restarts {st.restarts}" if st.restarts else "")
-        + (f" faults {st.faults}" if st.faults else "")
+        + (f" internal {st.internal_errors}" if st.internal_errors else "")
     ]
     if st.branches is not None:
         if st.parts:
@@ -305,7 +307,7 @@ def summary(st: RunStats) -> Group:
         f"{st.tests} tests in {_fmt_time(st.elapsed())}: {st.executed} executed, {st.passed} passed, "
         f"{st.no_values} without NaN/Inf-free values ({st.infeasible} more dropped unsearched as proven so), "
         f"{st.gen_failed} not generated, "
-        f"{st.restarts} worker restarts, {st.faults} internal faults"
+        f"{st.restarts} worker restarts, {st.internal_errors} internal errors ({len(st.internal)} signatures)"
         + ("" if st.branches is None else f"; {_covered(st)}, {st.cov_tests} tests brought new coverage")
     )
     return Group(head, counts, sigs, times)

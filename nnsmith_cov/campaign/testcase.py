@@ -68,6 +68,7 @@ class CaseResult:
     findings: list[Finding] = field(default_factory=list)
     ms: dict[str, float] = field(default_factory=dict)  # search, export, <backend>.compile, ...
     hits: Hits | None = None  # coverage of the whole test (export and every backend run), with a collector
+    backends_run: int = 0  # backend runs at OPT (the test was executed when any)
 
     def add_hits(self, msg: dict[str, Any] | None) -> None:
         """Add the hits a worker reply carries (none when the worker died mid-request)."""
@@ -77,6 +78,7 @@ class CaseResult:
 
     def add_run(self, backend: str, reply: Reply) -> None:
         """Account one backend run at OPT: its hits and its stage timings."""
+        self.backends_run += 1
         self.add_hits(reply.msg)
         for stage, took in ((reply.msg or {}).get("ms") or {}).items():
             self.ms[f"{backend}.{stage}"] = took
@@ -275,10 +277,15 @@ def _death(backend: str, stage: str, opt: str, reply: Reply) -> Finding:
     )
 
 
+# What an allocation that failed says, in Python and in C++ (the worker's memory limit).
+_OOM = ("MemoryError", "std::bad_alloc", "bad_alloc", "Unable to allocate", "Failed to allocate memory")
+
+
 def _error(backend: str, opt: str, error: dict[str, str], log: str = "") -> Finding:
     first = (error["message"].strip().splitlines() or [""])[0]
+    oom = error["type"] == "MemoryError" or any(s in first for s in _OOM)
     return Finding(
-        symptom="crash",
+        symptom="oom" if oom else "crash",
         backend=backend,
         stage=error["stage"],
         opt=opt,

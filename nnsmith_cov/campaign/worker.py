@@ -65,7 +65,7 @@ class Worker:
         self.collector_error: str | None = None
         if collector:  # before the backends: a native collector's runtime must be loaded first
             try:
-                self.collector = make_collector(collector, cov_targets or [])
+                self.collector = make_collector(collector, cov_targets or [], specs)
             except CollectorError as e:
                 self.collector_error = str(e)
         self.backends: dict[str, Any] = {}
@@ -421,10 +421,16 @@ def main() -> int:
     ap.add_argument("--backends", default="")
     ap.add_argument("--collector", default="")
     ap.add_argument("--cov-targets", default="")
+    ap.add_argument("--mem-limit-mb", type=int, default=0)
     args = ap.parse_args()
     # Crashing the systems under test is the point: a core file per segfault (hundreds of MB
     # each, in the campaign's working folder) would fill the disk over a long campaign.
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if args.mem_limit_mb > 0:
+        # A system under test that exhausts memory fails its allocation here (MemoryError,
+        # std::bad_alloc: an "oom" finding) instead of taking the machine's memory from the campaign.
+        limit = args.mem_limit_mb << 20
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     import torch
 
     torch.set_num_threads(1)  # one core per worker; parallelism comes from more workers

@@ -64,8 +64,10 @@ class WorkerHandle:
         startup_timeout_s: float = 300.0,
         collector: str = "",
         cov_targets: list[str] | None = None,
+        mem_limit_mb: int = 0,
     ) -> None:
         self.backends = backends
+        self.mem_limit_mb = mem_limit_mb  # the worker's address-space limit (0: none)
         self.collector = collector
         self.cov_targets = cov_targets or []
         self.warm_backends = list(backends)
@@ -94,6 +96,8 @@ class WorkerHandle:
             cmd = [sys.executable, "-m", "nnsmith_cov.campaign.worker", "--fd-in", str(req_r), "--fd-out", str(rep_w)]
             if self.collector:
                 cmd += ["--collector", self.collector, "--cov-targets", ",".join(self.cov_targets)]
+            if self.mem_limit_mb > 0:
+                cmd += ["--mem-limit-mb", str(self.mem_limit_mb)]
             self.proc = subprocess.Popen(
                 [*cmd, "--backends", ",".join(self.backends)],
                 pass_fds=(req_r, rep_w),

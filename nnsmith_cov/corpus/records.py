@@ -43,6 +43,8 @@ CORPUS_SCHEMA = 1
 #   bitmaps   u64 id                 zlib(msgpack {"index": <u32le * n>, "count": <u32le * n>}): Hits.to_wire()
 #   state     b"virgin"              zlib of one byte per branch of the universe (VirginMap.to_bytes's format)
 #             b"scheduler"           msgpack Scheduler.state()                  (absent until first saved)
+#             b"run_stats"           msgpack RunStats.to_json() after the last committed test: what
+#                                    stats.json says, exact on resume (absent in older corpora)
 #             b"counters"            msgpack {"next_test_id": 43, "tests_run": 41, "elapsed_s": 611.4,
 #                                             "corpus": 9, "finding_only": 2, "findings": 3, "timeline": 5}
 #   timeline  u64 row number         msgpack {"elapsed_s": 600.0, "tests": 39, "branches": 4466,
@@ -410,4 +412,9 @@ def decode_timeline(data: bytes) -> TimelineRow:
 
 def decode_scheduler(data: bytes) -> dict[str, Any]:
     """The scheduler checks its own fields (Scheduler.from_state); here only the shape."""
-    return _json_object(unpack(data), "scheduler state")
+    return decode_state(data, "scheduler state")
+
+
+def decode_state(data: bytes, what: str) -> dict[str, Any]:
+    """A state record whose owner checks its fields; here only that it is an object."""
+    return _json_object(unpack(data), what)

@@ -1,21 +1,27 @@
-"""Corpus entries as seeds: which stored graph to grow next, favouring owners of rare branches.
+"""Corpus entries as seeds: which stored graph to grow or mutate next (a power schedule).
 
-An entry's energy is the sum, over the branches it reached, of 1 / (entries that reached
+An entry's *rarity* is the sum, over the branches it reached, of 1 / (entries that reached
 that branch): an entry that alone reaches a branch weighs 1 for it, one of a hundred
-weighs 0.01. Seeds are drawn in proportion to energy, so entries holding rare
-coverage get grown more often (the idea of libFuzzer's Entropic, without its
-per-feature frequency decay). Growing replays the entry's insertion draws as a prefix
-with more nodes (`GenRecord.insert_draws`): the same graph comes back and more is
-inserted around it.
+weighs 0.01 (libFuzzer's Entropic idea, without its per-feature frequency decay). Its
+*energy*, what it is drawn in proportion to, is the rarity halved for every FRUITLESS_HALF
+children in a row that brought nothing new, as AFLFast lowers the energy of inputs whose
+mutants keep taking well-trodden paths: an entry whose neighbourhood is exhausted gives way,
+and one child with new coverage restores it. Energy never reaches 0, so no entry is lost.
+Growing replays the entry's insertion draws as a prefix with more nodes
+(`GenRecord.insert_draws`); mutating edits all of its draws (`nnsmith_cov.feedback.mutate`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from nnsmith_cov.coverage.covmap import Hits
+
+FRUITLESS_HALF = 8.0  # children without gain that halve an entry's energy
+RARE_ENTRIES = 2  # a branch reached by at most this many entries is rare (see `SeedPool.rare`)
 
 
 @dataclass(frozen=True)
@@ -23,16 +29,37 @@ class Seed:
     test_id: int
     prefix: list[tuple[str, int | float]]  # the entry's insertion draws
     n_ops: int  # operators the entry's graph holds
+    draws: tuple[tuple[str, int | float], ...] = ()  # all its draws (bins, export plan too); () unknown
+    try_ok: str = ""  # per insertion try, "1" accepted (GenRecord.try_ok); "" unknown
+    parent: int | None = None  # the entry it was grown or mutated from
+
+    @staticmethod
+    def of(test_id: int, gen: dict[str, Any], draws: list) -> Seed:
+        """The seed of a corpus entry from its stored generator record (`GenRecord.to_json`) and draws."""
+        cut = int(gen.get("insert_draws") or 0)
+        pairs = [(label, value) for label, value in draws]
+        parent, try_ok = gen.get("parent"), gen.get("try_ok")
+        return Seed(
+            test_id,
+            pairs[:cut],
+            len(gen.get("ops") or ()),
+            tuple(pairs),
+            try_ok if isinstance(try_ok, str) and set(try_ok) <= {"0", "1"} else "",
+            parent if isinstance(parent, int) and not isinstance(parent, bool) else None,
+        )
 
 
 class SeedPool:
-    """The corpus entries that can be grown, with per-branch entry counts. Not thread-safe:
-    the campaign calls it under its lock."""
+    """The corpus entries that can be grown or mutated, with per-branch entry counts and each
+    entry's children without gain. Not thread-safe: the campaign calls it under its lock."""
 
     def __init__(self, size: int) -> None:
         self.freq = np.zeros(size, dtype=np.uint32)  # corpus entries reaching each branch
         self.seeds: list[Seed] = []
         self.hits: list[np.ndarray] = []
+        self.fruitless: list[int] = []  # children since the entry's last child with new coverage
+        self.children: list[int] = []  # children in all
+        self._where: dict[int, int] = {}  # test id -> position
 
     def __len__(self) -> int:
         return len(self.seeds)
@@ -40,20 +67,58 @@ class SeedPool:
     def add(self, seed: Seed, hits: Hits) -> None:
         if not seed.prefix or not len(hits):
             return  # an entry without recorded insertion draws cannot be regrown
+        self._where[seed.test_id] = len(self.seeds)
         self.seeds.append(seed)
         self.hits.append(hits.index.astype(np.int64))
+        self.fruitless.append(0)
+        self.children.append(0)
         self.freq[hits.index] += 1
+        if seed.parent is not None:  # a kept child: its parent's neighbourhood still pays
+            k = self._where.get(seed.parent)
+            if k is not None:
+                self.fruitless[k] = 0
 
-    def energy(self) -> np.ndarray:
+    def get(self, test_id: int) -> Seed | None:
+        k = self._where.get(test_id)
+        return None if k is None else self.seeds[k]
+
+    def rarity(self) -> np.ndarray:
         inverse = np.zeros(len(self.freq))
         reached = self.freq > 0
         inverse[reached] = 1.0 / self.freq[reached]
         return np.array([inverse[h].sum() for h in self.hits])
 
-    def pick(self, rng: np.random.Generator) -> Seed | None:
+    def energy(self) -> np.ndarray:
+        return self.rarity() * np.exp2(-np.asarray(self.fruitless, dtype=float) / FRUITLESS_HALF)
+
+    def outcome(self, test_id: int, gain: bool) -> None:
+        """Note a child of entry `test_id` (grown or mutated) and whether it reached new coverage."""
+        k = self._where.get(test_id)
+        if k is None:
+            return
+        self.children[k] += 1
+        self.fruitless[k] = 0 if gain else self.fruitless[k] + 1
+
+    def rare(self, hits: Hits) -> int:
+        """How many of `hits`' branches at most RARE_ENTRIES corpus entries reached (new ones not counted)."""
+        f = self.freq[hits.index]
+        return int(np.count_nonzero((f > 0) & (f <= RARE_ENTRIES)))
+
+    def pick(self, rng: np.random.Generator, attempt: bool = False) -> Seed | None:
+        """An entry drawn by energy. With `attempt`, the draw counts as a child without gain
+        until a child of it is added (`add` with this parent), as the campaign does: it never
+        has to report the children that brought nothing."""
         if not self.seeds:
             return None
         e = self.energy()
         total = e.sum()
         k = int(rng.choice(len(e), p=e / total)) if total > 0 else int(rng.integers(len(e)))
+        if attempt:
+            self.children[k] += 1
+            self.fruitless[k] += 1
         return self.seeds[k]
+
+    def donor(self, rng: np.random.Generator, parent: Seed) -> Seed | None:
+        """Another entry, uniformly (a splice's tail: variety matters more than rarity here)."""
+        others = [k for k, s in enumerate(self.seeds) if s.test_id != parent.test_id]
+        return self.seeds[others[int(rng.integers(len(others)))]] if others else None

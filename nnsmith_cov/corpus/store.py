@@ -32,7 +32,7 @@ from nnsmith_cov.corpus.records import (
     TestEntry,
     TestRecord,
     TimelineRow,
-    decode_scheduler,
+    decode_state,
     decode_timeline,
     encode_bitmap,
     encode_counters,
@@ -224,13 +224,15 @@ class CorpusStore:
         virgin: VirginMap | None = None,
         scheduler: Mapping[str, Any] | None = None,
         timeline: TimelineRow | None = None,
+        run_stats: Mapping[str, Any] | None = None,
     ) -> Counters:
         """Record one finished test in one durable transaction; returns the counters after it.
 
         `entry` is the test when it is kept (a corpus entry when it has hits, else kept
         for its findings), None when it only counts. `virgin` is the map after this test,
         given exactly when the entry has hits (only those change it); `scheduler` its
-        state after observing the test (None: unchanged); `timeline` a row to append.
+        state after observing the test (None: unchanged); `timeline` a row to append;
+        `run_stats` the campaign's own counters after it (RunStats.to_json(), None: unchanged).
         When this returns, the test survives any crash; if the process dies before, no
         trace of it is stored. Test ids are the caller's; a stored id is never taken twice.
         """
@@ -267,6 +269,8 @@ class CorpusStore:
             puts.append((db["state"], b"virgin", encode_virgin(virgin)))
         if scheduler is not None:
             puts.append((db["state"], b"scheduler", _encode_scheduler(scheduler)))
+        if run_stats is not None:
+            puts.append((db["state"], b"run_stats", _encode_state(run_stats, "run stats")))
         row = None if timeline is None else _encode_timeline(timeline)
 
         def body(txn: lmdb.Transaction) -> Counters:
@@ -378,6 +382,10 @@ class CorpusStore:
         with self.snapshot() as view:
             return view.scheduler_state()
 
+    def run_stats(self) -> dict[str, Any] | None:
+        with self.snapshot() as view:
+            return view.run_stats()
+
     def entries(self, include_finding_only: bool = False, batch: int = 256) -> Iterator[tuple[int, TestRecord]]:
         """Corpus entries in id order, read `batch` at a time, each batch in its own snapshot.
 
@@ -434,11 +442,15 @@ class CorpusStore:
 
 
 def _encode_scheduler(state: Mapping[str, Any]) -> bytes:
+    return _encode_state(state, "scheduler state")
+
+
+def _encode_state(state: Mapping[str, Any], what: str) -> bytes:
     try:
         data = pack(dict(state))
     except (TypeError, ValueError, OverflowError) as e:
-        raise ValueError(f"scheduler state cannot be stored: {e}") from None
-    decode_scheduler(data)  # what is written must read back
+        raise ValueError(f"{what} cannot be stored: {e}") from None
+    decode_state(data, what)  # what is written must read back
     return data
 
 

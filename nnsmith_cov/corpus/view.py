@@ -25,6 +25,7 @@ from nnsmith_cov.corpus.records import (
     decode_finding,
     decode_record,
     decode_scheduler,
+    decode_state,
     decode_timeline,
     decode_virgin,
     id_key,
@@ -141,6 +142,11 @@ class CorpusView:
     def scheduler_state(self) -> dict[str, Any] | None:
         data = self.get("state", b"scheduler")
         return None if data is None else self._decode(decode_scheduler, data, "scheduler state")
+
+    def run_stats(self) -> dict[str, Any] | None:
+        """The campaign's counters after the last committed test (None in older corpora)."""
+        data = self.get("state", b"run_stats")
+        return None if data is None else self._decode(lambda d: decode_state(d, "run stats"), data, "run stats")
 
     def stored(self, test_id: int) -> StoredTest | None:
         data = self.get("tests", id_key(test_id))

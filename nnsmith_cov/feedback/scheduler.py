@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -13,26 +12,34 @@ import numpy as np
 from nnsmith_cov.abstract.op import AttrKind
 from nnsmith_cov.coverage.covmap import Novelty
 from nnsmith_cov.feedback.arms import ArmGroup, Label, Prior
+from nnsmith_cov.feedback.mutate import ARMS, GROW
+from nnsmith_cov.feedback.params import BanditParams, Proposal, is_number
+from nnsmith_cov.feedback.reward import RecentRanks, novelty_score
 from nnsmith_cov.gen.binning import n_bins
 from nnsmith_cov.gen.generator import GenConfig, GenRecord
 from nnsmith_cov.gen.graph_ir import DEFAULT_OPSET
 
 # Version of the dict `Scheduler.state` returns; bump on any change of its layout.
 # Example (3 ops, k = 2; every count list has one number per arm of its group):
-#   {"schema": 3,
+#   {"schema": 4,
 #    "config": {"op_names": ["Add", "Conv2d", "Relu"], "nodes": 10, "bins_k": 2, "seed": 7,
 #               "feedback": true, "params": {"discount": 0.997, "prior_tests": 4.0,
-#               "lift_cap": 32.0, "floor": 0.2, "size_factors": [0.5, 1.0, 1.5, 2.0]},
-#               "opsets": [13, 17, 20], "dynamic": true, "roundtrip": true},
+#               "lift_cap": 32.0, "floor": 0.2, "size_factors": [0.5, 1.0, 1.5, 2.0], "window": 256},
+#               "opsets": [13, 17, 20], "dynamic": true, "roundtrip": true, "mutation": true,
+#               "forms": {"conv.form": ["bias", "add"]}},
 #    "steps": 120, "rate": {"hits": 3.7, "tests": 101.4, "seconds": 180.2, "timed": 99.0},
 #    "groups": {"op": {"hit_in": [...], "miss_in": [...], "hit_out": [...], "miss_out": [...]},
 #               "direction": {...}, "bin.size": {...}, "bin.pad": {...}, "bin.signed": {...},
-#               "nodes": {...}, "seeded": {...}, "opset": {...}, "dynamic": {...}, "roundtrip": {...}},
+#               "nodes": {...}, "seeded": {...}, "opset": {...}, "dynamic": {...}, "roundtrip": {...},
+#               "mutation": {...}, "form": {...}},
+#    "recent": [0.0, 2.3, ...],
 #    "rng": {"bit_generator": "PCG64", "state": "0x...", "inc": "0x...", "has_uint32": 0, "uinteger": 0}}
 # 128-bit generator words are hex strings: msgpack integers stop at 64 bits. Schema 1 (before
 # the export arms) reads as opsets [20], dynamic false, the two groups without evidence; schema 2
-# (before the round-trip arm) as roundtrip false, that group without evidence.
-STATE_SCHEMA = 3
+# (before the round-trip arm) as roundtrip false, that group without evidence; schema 3 (before
+# mutation and the ranked reward) as mutation false, the mutation group without evidence, no
+# recent scores and the default window; schema 4 (before the export-form arms) as no forms.
+STATE_SCHEMA = 5
 
 BIN_KINDS = (AttrKind.SIZE, AttrKind.PAD, AttrKind.SIGNED)
 DIRECTIONS = ("forward", "backward")
@@ -40,118 +47,23 @@ ORIGINS = ("fresh", "seeded")
 SHAPES = ("static", "dynamic")  # the export's input dims: all concrete, or some symbolic
 TRIPS = ("direct", "roundtrip")  # backends compile the imported IR, or it printed and parsed back
 # What each older state schema lacks: groups start without evidence, config keys as below.
-_NEW_GROUPS = {1: {"opset", "dynamic", "roundtrip"}, 2: {"roundtrip"}, 3: set()}
-_NEW_CONFIG = {1: {"opsets": [DEFAULT_OPSET], "dynamic": False, "roundtrip": False}, 2: {"roundtrip": False}, 3: {}}
+_NEW_GROUPS = {
+    1: {"opset", "dynamic", "roundtrip", "mutation", "form"},
+    2: {"roundtrip", "mutation", "form"},
+    3: {"mutation", "form"},
+    4: {"form"},
+    5: set(),
+}
+_NEW_CONFIG = {
+    1: {"opsets": [DEFAULT_OPSET], "dynamic": False, "roundtrip": False, "mutation": False, "forms": {}},
+    2: {"roundtrip": False, "mutation": False, "forms": {}},
+    3: {"mutation": False, "forms": {}},
+    4: {"forms": {}},
+    5: {},
+}
 _SUMMARY_SAMPLES = 256
 MAX_PRIOR_RATE = 0.9
 COST_CAP = 4.0  # a test counts as at most this many average tests (and at least its inverse)
-
-
-@dataclass(frozen=True)
-class BanditParams:
-    """The scheduler's constants; the defaults are argued in `Scheduler`'s docstring."""
-
-    discount: float = 0.997  # per observed test: memory ~ 1 / (1 - discount) = 333 tests, half-life 231
-    prior_tests: float = 4.0  # weight of the prior, in tests at the campaign's current interesting rate
-    lift_cap: float = 32.0  # a sampled lift is clipped to [1/cap, cap]
-    floor: float = 0.2  # share of every decision spread uniformly: each arm keeps >= floor / arms
-    size_factors: tuple[float, ...] = (0.5, 1.0, 1.5, 2.0)  # graph sizes, times the configured node count
-
-    def __post_init__(self) -> None:
-        if not 0.0 < self.discount <= 1.0:
-            raise ValueError("discount must be in (0, 1]")
-        if self.prior_tests <= 0.0:
-            raise ValueError("prior_tests must be positive")
-        if self.lift_cap < 1.0:
-            raise ValueError("lift_cap must be at least 1")
-        if not 0.0 < self.floor <= 1.0:
-            raise ValueError("floor must be in (0, 1]: a zero floor could starve an arm")
-        if not self.size_factors or any(not f > 0 for f in self.size_factors):
-            raise ValueError("size_factors must be positive")
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self) | {"size_factors": list(self.size_factors)}
-
-    @staticmethod
-    def from_json(obj: Any) -> BanditParams:
-        names = {f.name for f in dataclasses.fields(BanditParams)}
-        if not isinstance(obj, dict) or set(obj) != names:
-            raise ValueError(f"bandit params: expected the fields {sorted(names)}")
-        if not all(_is_number(obj[k]) for k in names - {"size_factors"}):
-            raise ValueError("bandit params: expected numbers")
-        factors = obj["size_factors"]
-        if not isinstance(factors, list) or not all(_is_number(f) for f in factors):
-            raise ValueError("bandit params: size_factors must be a list of numbers")
-        return BanditParams(**{k: float(obj[k]) for k in names - {"size_factors"}}, size_factors=tuple(factors))
-
-
-@dataclass(frozen=True)
-class Proposal:
-    """The generator knobs for one test, as `Scheduler.apply` hands them to `GenConfig`.
-
-    Weights are relative to uniform (mean 1 over the arms), so an op the
-    scheduler does not know gets the generator's default weight 1.0, the
-    uniform share, rather than a hundred times the rest. None means uniform.
-    `seeded` asks for a test that grows a stored corpus entry instead of
-    starting from scratch; a caller that could not follow it (empty corpus)
-    observes `dataclasses.replace(proposal, seeded=False)`. `opset_weights` and
-    `dynamic_prob` / `roundtrip_prob` None keep the base config's.
-    """
-
-    op_weights: dict[str, float] | None  # per op spec name
-    forward_prob: float
-    bin_weights: dict[str, list[float]] | None  # per attribute kind, one weight per bin (see binning.n_bins)
-    nodes: int
-    seeded: bool
-    opset_weights: dict[int, float] | None = None  # per ONNX opset
-    dynamic_prob: float | None = None  # probability of symbolic input dims
-    roundtrip_prob: float | None = None  # probability of compiling from the IR's text
-
-    def to_json(self) -> dict[str, Any]:
-        obj = dataclasses.asdict(self)
-        if self.opset_weights is not None:  # JSON object keys are strings
-            obj["opset_weights"] = {str(k): w for k, w in self.opset_weights.items()}
-        return obj
-
-    @staticmethod
-    def from_json(obj: Any) -> Proposal:
-        if not isinstance(obj, dict) or set(obj) != {f.name for f in dataclasses.fields(Proposal)}:
-            raise ValueError("proposal: unexpected fields")
-        ops, bins, opsets = obj["op_weights"], obj["bin_weights"], obj["opset_weights"]
-        if opsets is not None:
-            if not isinstance(opsets, dict) or not all(isinstance(k, str) and k.isdigit() for k in opsets):
-                raise ValueError("proposal: opset_weights must map opset numbers to weights")
-            opsets = {int(k): w for k, w in opsets.items()}
-        dyn, trip = obj["dynamic_prob"], obj["roundtrip_prob"]
-        for name, p in (("dynamic_prob", dyn), ("roundtrip_prob", trip)):
-            if p is not None and not (_is_number(p) and 0.0 <= p <= 1.0):
-                raise ValueError(f"proposal: {name} must be a number in [0, 1]")
-        if ops is not None and not (isinstance(ops, dict) and all(isinstance(k, str) for k in ops)):
-            raise ValueError("proposal: op_weights must map names to weights")
-        if bins is not None and not (
-            isinstance(bins, dict) and all(isinstance(k, str) and isinstance(w, list) for k, w in bins.items())
-        ):
-            raise ValueError("proposal: bin_weights must map kinds to lists of weights")
-        weights = [*(ops or {}).values(), *(x for w in (bins or {}).values() for x in w), *(opsets or {}).values()]
-        if not all(_is_number(x) and math.isfinite(x) and x >= 0 for x in weights):
-            raise ValueError("proposal: weights must be finite non-negative numbers")
-        fwd, nodes = obj["forward_prob"], obj["nodes"]
-        if not (_is_number(fwd) and 0.0 <= fwd <= 1.0):
-            raise ValueError("proposal: forward_prob must be a number in [0, 1]")
-        if not (isinstance(nodes, int) and not isinstance(nodes, bool) and nodes >= 1):
-            raise ValueError("proposal: nodes must be a positive integer")
-        if not isinstance(obj["seeded"], bool):
-            raise ValueError("proposal: seeded must be a bool")
-        return Proposal(
-            None if ops is None else {k: float(v) for k, v in ops.items()},
-            float(obj["forward_prob"]),
-            None if bins is None else {k: [float(x) for x in w] for k, w in bins.items()},
-            obj["nodes"],
-            obj["seeded"],
-            None if opsets is None else {k: float(w) for k, w in opsets.items()},
-            None if dyn is None else float(dyn),
-            None if trip is None else float(trip),
-        )
 
 
 def reward_of(novelty: Novelty | None) -> float:
@@ -195,7 +107,27 @@ class Scheduler:
     - ``seeded``: fresh or grown from the corpus, as the proposal (or the
       caller's replacement of it) says.
 
+    - ``mutation`` (with `mutation`): for a seeded test, how the parent was
+      changed: grown at the end, or one of `feedback.mutate.MUTATIONS` (swap an
+      op, re-draw an attribute, a dtype or rank, insert or delete tries in the
+      middle, splice another entry's tail); picked once per test.
+
     A group with no draws in a test (no pad attribute, say) learns nothing from it.
+
+    The reward (`feedback.reward`): a test's novelty is scored on a log scale
+    (new branches, a quarter for new buckets, a little for rare known branches
+    reached beside something new) and the reward is the score's rank among the
+    last `window` tests. `reward_of`'s 1 for any new branch saturated: on ORT's
+    binary collector 1,332 of the first 1,387 tests were interesting, so every
+    arm saw a rate near 1 and none could stand out. A rank has the same meaning
+    at a 2 % and at a 96 % interesting rate: while interesting tests are rare a
+    new branch ranks near 1 (the old reward), and when nearly all are, the
+    tests that add more than their neighbours in time earn more. Measured with
+    the simulator (scripts/sim_scheduler.py, "dense" scenario: every test adds
+    some branches, tests with Conv2d four times as many; 103 ops, 3 seeds):
+    with the rank, Conv2d's share rises to 1.9x uniform in tests 1200-1500 and
+    tests add 5.4 branches on average, not 3.7; with `reward_of` (window 0)
+    its share stays at 1.0x, as if there were no feedback.
 
     The bandit (details in `ArmGroup`): per arm, discounted Beta posteriors of
     the interesting rate of tests with and without it; Thompson sampling on
@@ -237,6 +169,9 @@ class Scheduler:
       bin keeps 0.2/bins, each size and origin is picked with probability
       >= 0.2/arms. What the reward cannot see (diversity of the corpus) is never
       traded away entirely.
+    - window 256: the rank of a reward is taken among about the discount's
+      memory of tests (a little less), so rewards and posteriors describe the
+      same stretch of the campaign; 0 restores `reward_of` (for ablations).
 
     The export arms: `opsets` are the ONNX opsets a graph may be exported at
     (the generator draws among those its ops allow, by the weights given), and
@@ -268,6 +203,8 @@ class Scheduler:
         opsets: Sequence[int] = (DEFAULT_OPSET,),
         dynamic: bool = False,
         roundtrip: bool = False,
+        mutation: bool = False,
+        forms: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         if nodes < 1:
             raise ValueError("nodes must be at least 1")
@@ -285,6 +222,9 @@ class Scheduler:
         self.opsets = tuple(sorted(set(opsets)))
         self.dynamic = dynamic
         self.roundtrip = roundtrip
+        self.mutation = mutation
+        # the ops' export-form draws (`abstract.op.export_forms`): label -> option names
+        self.forms = {str(k): tuple(str(o) for o in v) for k, v in (forms or {}).items()}
         self.groups: dict[str, ArmGroup] = {
             "op": ArmGroup("op", self.op_names),
             "direction": ArmGroup("direction", DIRECTIONS),
@@ -296,6 +236,12 @@ class Scheduler:
         self.groups["opset"] = ArmGroup("opset", self.opsets)
         self.groups["dynamic"] = ArmGroup("dynamic", SHAPES if dynamic else SHAPES[:1])
         self.groups["roundtrip"] = ArmGroup("roundtrip", TRIPS if roundtrip else TRIPS[:1])
+        self.groups["mutation"] = ArmGroup("mutation", ARMS if mutation else (GROW,))
+        if self.forms:  # one arm per (draw, option): "conv.form=add"
+            self.groups["form"] = ArmGroup("form", [f"{k}={o}" for k, opts in self.forms.items() for o in opts])
+        self.ranks = RecentRanks(self.params.window) if self.params.window else None
+        # seeded tests per way of changing the parent, and those that reached new coverage (not discounted)
+        self.children = {str(a): [0, 0] for a in self.groups["mutation"].labels}
         self.steps = 0  # tests observed
         # discounted reward and test count of the whole campaign: the prior's rate
         self._hits = 0.0
@@ -332,6 +278,13 @@ class Scheduler:
         opsets = g["opset"].share(rng, prior, p.lift_cap, p.floor)
         dynamic = g["dynamic"].share(rng, prior, p.lift_cap, p.floor)
         trip = g["roundtrip"].share(rng, prior, p.lift_cap, p.floor)
+        form_weights = None
+        if "form" in g:  # shares per draw label, relative to uniform among its options
+            share = dict(zip(g["form"].labels, g["form"].share(rng, prior, p.lift_cap, p.floor)))
+            form_weights = {k: [float(share[f"{k}={o}"]) * len(share) for o in opts] for k, opts in self.forms.items()}
+        mutation = None
+        if self.mutation:  # drawn last, so that the draws before it are as without mutation
+            mutation = ARMS[g["mutation"].pick(rng, prior, p.floor)]
         return Proposal(
             {name: float(x) * len(ops) for name, x in zip(self.op_names, ops)},
             float(direction[0]),
@@ -341,6 +294,8 @@ class Scheduler:
             {o: float(x) * len(opsets) for o, x in zip(self.opsets, opsets)},
             float(dynamic[1]) if self.dynamic else None,
             float(trip[1]) if self.roundtrip else None,
+            mutation if seeded else None,
+            form_weights,
         )
 
     @staticmethod
@@ -356,21 +311,28 @@ class Scheduler:
             opset_weights=base.opset_weights if proposal.opset_weights is None else proposal.opset_weights,
             dynamic_prob=base.dynamic_prob if proposal.dynamic_prob is None else proposal.dynamic_prob,
             roundtrip_prob=base.roundtrip_prob if proposal.roundtrip_prob is None else proposal.roundtrip_prob,
+            draw_weights=proposal.form_weights if proposal.form_weights is not None else base.draw_weights,
         )
 
     # -- learning -------------------------------------------------------------------------
     def observe(
-        self, proposal: Proposal, record: GenRecord, novelty: Novelty | None, seconds: float | None = None
+        self,
+        proposal: Proposal,
+        record: GenRecord,
+        novelty: Novelty | None,
+        seconds: float | None = None,
+        rare: int = 0,
     ) -> float:
         """Credit one finished test to the choices it was made of; returns the reward used.
 
         A test whose generation failed is observed with an empty `GenRecord`:
         only its size and origin are charged. `seconds`, the test's time, makes
-        it cost `cost(seconds)` trials instead of one.
+        it cost `cost(seconds)` trials instead of one. `rare`: how many of its
+        branches few corpus entries reach (`SeedPool.rare`).
         """
-        reward = reward_of(novelty)
         if not self.feedback:
-            return reward
+            return reward_of(novelty)
+        reward = reward_of(novelty) if self.ranks is None else self.ranks.reward(novelty_score(novelty, rare))
         d = self.params.discount
         cost = self.cost(seconds)
         if seconds is not None:
@@ -387,10 +349,20 @@ class Scheduler:
             "nodes": _presence(self.groups["nodes"], [proposal.nodes]),
             "seeded": _presence(self.groups["seeded"], [ORIGINS[proposal.seeded]]),
         }
+        if proposal.seeded:  # a test grown or mutated from the corpus: its way of changing the parent
+            exposures["mutation"] = _presence(self.groups["mutation"], [proposal.mutation or GROW])
+            counts = self.children.get(proposal.mutation or GROW)
+            if counts is not None:
+                counts[0] += 1
+                counts[1] += bool(novelty is not None and novelty.interesting)
         if record.ops:  # a graph was made: it has an export plan
             exposures["opset"] = _presence(self.groups["opset"], [record.opset])
             exposures["dynamic"] = _presence(self.groups["dynamic"], [SHAPES[record.dynamic]])
             exposures["roundtrip"] = _presence(self.groups["roundtrip"], [TRIPS[record.roundtrip]])
+        if "form" in self.groups:  # the forms the graph's ops were exported in
+            forms = self.forms
+            drawn = [f"{k}={forms[k][v]}" for k, v in record.draws if k in forms and _index_in(v, forms[k])]
+            exposures["form"] = _presence(self.groups["form"], drawn)
         for kind in BIN_KINDS:
             name = _bin_group(kind)
             kept = [b.bin for b in record.bins if b.kept and b.kind == kind.value]
@@ -421,10 +393,14 @@ class Scheduler:
                 "opsets": list(self.opsets),
                 "dynamic": self.dynamic,
                 "roundtrip": self.roundtrip,
+                "mutation": self.mutation,
+                "forms": {k: list(v) for k, v in self.forms.items()},
             },
             "steps": self.steps,
             "rate": {"hits": self._hits, "tests": self._tests, "seconds": self._seconds, "timed": self._timed},
             "groups": {name: g.to_json() for name, g in self.groups.items()},
+            "recent": [] if self.ranks is None else [float(x) for x in self.ranks.recent],
+            "children": {k: list(v) for k, v in self.children.items()},
             "rng": _rng_to_json(self._rng),
         }
 
@@ -434,18 +410,22 @@ class Scheduler:
         schema = state.get("schema") if isinstance(state, dict) else None
         if schema not in _NEW_GROUPS:
             raise ValueError(f"scheduler state: expected schema {STATE_SCHEMA}")
-        if set(state) != {"schema", "config", "steps", "rate", "groups", "rng"}:
+        fields = {"schema", "config", "steps", "rate", "groups", "rng"} | (
+            {"recent", "children"} if schema >= 4 else set()
+        )
+        if set(state) != fields:
             raise ValueError("scheduler state: unexpected fields")
         cfg = state["config"]
         keys = {"op_names", "nodes", "bins_k", "seed", "feedback", "params", "opsets", "dynamic", "roundtrip"}
+        keys |= {"mutation", "forms"}
         if not isinstance(cfg, dict) or set(cfg) != keys - set(_NEW_CONFIG[schema]):
             raise ValueError("scheduler state: bad config")
         cfg = _NEW_CONFIG[schema] | cfg
         opsets = cfg["opsets"]
         if not isinstance(opsets, list) or not opsets or not all(isinstance(o, int) for o in opsets):
             raise ValueError("scheduler state: opsets must be a non-empty list of integers")
-        if not isinstance(cfg["dynamic"], bool) or not isinstance(cfg["roundtrip"], bool):
-            raise ValueError("scheduler state: dynamic and roundtrip must be bools")
+        if not all(isinstance(cfg[k], bool) for k in ("dynamic", "roundtrip", "mutation")):
+            raise ValueError("scheduler state: dynamic, roundtrip and mutation must be bools")
         names = cfg["op_names"]
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise ValueError("scheduler state: op_names must be a list of strings")
@@ -454,14 +434,20 @@ class Scheduler:
         if not isinstance(cfg["feedback"], bool):
             raise ValueError("scheduler state: feedback must be a bool")
         params = BanditParams.from_json(cfg["params"])
-        arms = {"opsets": opsets, "dynamic": cfg["dynamic"], "roundtrip": cfg["roundtrip"]}
+        forms = cfg["forms"]
+        if not isinstance(forms, dict) or not all(
+            isinstance(v, list) and v and all(isinstance(o, str) for o in v) for v in forms.values()
+        ):
+            raise ValueError("scheduler state: forms must map draw labels to lists of option names")
+        arms = {"opsets": opsets, "dynamic": cfg["dynamic"], "roundtrip": cfg["roundtrip"], "mutation": cfg["mutation"]}
+        arms |= {"forms": forms}
         s = cls(names, cfg["nodes"], cfg["bins_k"], cfg["seed"], cfg["feedback"], params, **arms)
         steps, rate, groups = state["steps"], state["rate"], state["groups"]
         if not isinstance(steps, int) or steps < 0:
             raise ValueError("scheduler state: steps must be a non-negative integer")
         if not isinstance(rate, dict) or set(rate) not in ({"hits", "tests"}, {"hits", "tests", "seconds", "timed"}):
             raise ValueError("scheduler state: bad rate")
-        if not all(_is_number(rate[k]) and math.isfinite(rate[k]) and rate[k] >= 0 for k in rate):
+        if not all(is_number(rate[k]) and math.isfinite(rate[k]) and rate[k] >= 0 for k in rate):
             raise ValueError("scheduler state: rate counts must be finite and non-negative")
         fresh = _NEW_GROUPS[schema]  # an older state has no evidence for them
         if not isinstance(groups, dict) or set(groups) != set(s.groups) - fresh:
@@ -470,6 +456,18 @@ class Scheduler:
             s.groups[name].load_json(groups[name])
         s.steps, s._hits, s._tests = steps, float(rate["hits"]), float(rate["tests"])
         s._seconds, s._timed = float(rate.get("seconds", 0.0)), float(rate.get("timed", 0.0))
+        recent = state.get("recent", [])
+        if not isinstance(recent, list) or not all(is_number(x) and math.isfinite(x) and x >= 0 for x in recent):
+            raise ValueError("scheduler state: recent scores must be finite non-negative numbers")
+        if s.ranks is not None:
+            s.ranks = RecentRanks(s.ranks.window, recent)
+        children = state.get("children", {k: list(v) for k, v in s.children.items()})
+        if not isinstance(children, dict) or set(children) != set(s.children):
+            raise ValueError(f"scheduler state: children must count the arms {sorted(s.children)}")
+        for k, v in children.items():
+            if not (isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) and 0 <= x for x in v)):
+                raise ValueError("scheduler state: children counts must be two non-negative integers")
+            s.children[k] = list(v)
         _rng_from_json(s._rng, state["rng"])
         return s
 
@@ -480,16 +478,16 @@ class Scheduler:
         private generator seeded with the step count, so looking never moves
         the campaign's own draws.
         """
-        out: dict[str, Any] = {"feedback": self.feedback, "tests": self.steps}
+        out: dict[str, Any] = {"feedback": self.feedback, "tests": self.steps, "children": dict(self.children)}
         out["rate"] = self._hits / self._tests if self._tests else 0.0
         rng = np.random.default_rng(self.steps)
         prior, p = self.prior(), self.params
         for name, g in self.groups.items():
             if not self.feedback:
                 probs = np.full(len(g), 1.0 / len(g))
-                if name == "seeded":
-                    probs = np.array([1.0, 0.0])
-            elif name in ("nodes", "seeded"):
+                if name in ("seeded", "mutation"):
+                    probs = np.eye(len(g))[0]  # never seeded, so never mutated
+            elif name in ("nodes", "seeded", "mutation"):
                 picks = [g.pick(rng, prior, p.floor) for _ in range(_SUMMARY_SAMPLES)]
                 probs = np.bincount(picks, minlength=len(g)) / _SUMMARY_SAMPLES
             else:
@@ -504,10 +502,6 @@ class Scheduler:
 
 
 # -- helpers ----------------------------------------------------------------------------------
-def _is_number(x: Any) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool)
-
-
 def _sizes(nodes: int, factors: Sequence[float]) -> tuple[int, ...]:
     """Distinct node counts around `nodes`, rounded half up, at least 1, in factor order."""
     out: list[int] = []
@@ -526,6 +520,10 @@ def bin_labels(kind: AttrKind, k: int) -> list[int]:
     """Bin numbers (as `BinChoice.bin` reports them) in the order of the generator's weight list."""
     first = {AttrKind.SIZE: 1, AttrKind.PAD: 0, AttrKind.SIGNED: -k}[kind]
     return list(range(first, first + n_bins(kind, k)))
+
+
+def _index_in(v: Any, options: Sequence[str]) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < len(options)
 
 
 def _presence(group: ArmGroup, labels: Sequence[Label]) -> np.ndarray | None:

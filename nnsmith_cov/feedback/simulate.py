@@ -19,6 +19,9 @@ BIN_DRAWS_PER_NODE = {AttrKind.SIZE: 2.0, AttrKind.PAD: 0.3, AttrKind.SIGNED: 0.
 
 # P(interesting | record, test number): the environment a simulation runs in.
 Rule = Callable[[GenRecord, int], float]
+# What a test adds (record, test number, the simulation's generator): for campaigns where most
+# tests add something and only the amount tells them apart.
+NoveltyRule = Callable[[GenRecord, int, np.random.Generator], Novelty]
 
 
 def synthetic_record(
@@ -65,6 +68,7 @@ class Trace:
     bins_k: int
     proposals: list[Proposal] = field(default_factory=list)
     interesting: list[bool] = field(default_factory=list)
+    added: list[int] = field(default_factory=list)  # new branches per test
 
     def op_prob(self, name: str, lo: int = 0, hi: int | None = None) -> float:
         """Mean per-insertion probability of op `name`."""
@@ -104,15 +108,21 @@ class Trace:
 
 def run(scheduler: Scheduler, rule: Rule, tests: int, seed: int) -> Trace:
     """Propose, synthesize a record, reward it by `rule` (a new branch or nothing), observe; `tests` times."""
+    return run_novelty(scheduler, lambda record, t, rng: Novelty(int(rng.random() < rule(record, t)), 0), tests, seed)
+
+
+def run_novelty(scheduler: Scheduler, rule: NoveltyRule, tests: int, seed: int) -> Trace:
+    """As `run`, with `rule` saying what each test adds."""
     rng = np.random.default_rng(seed)
     trace = Trace(scheduler.op_names, scheduler.bins_k)
     for t in range(tests):
         proposal = scheduler.propose()
         record = synthetic_record(proposal, scheduler.op_names, rng, scheduler.bins_k)
-        hit = bool(rng.random() < rule(record, t))
-        scheduler.observe(proposal, record, Novelty(int(hit), 0))
+        novelty = rule(record, t, rng)
+        scheduler.observe(proposal, record, novelty)
         trace.proposals.append(proposal)
-        trace.interesting.append(hit)
+        trace.interesting.append(novelty.interesting)
+        trace.added.append(novelty.new_branches)
     return trace
 
 

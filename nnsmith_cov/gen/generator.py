@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 import z3
 
-from nnsmith_cov.abstract.choice import ChoiceSource
+from nnsmith_cov.abstract.choice import ChoiceSource, Replayed
 from nnsmith_cov.abstract.dtype import DType
-from nnsmith_cov.abstract.op import MAX_OPSET, MIN_OPSET, AttrKind, OpSpec
+from nnsmith_cov.abstract.op import ATTR_LIMIT, MAX_OPSET, MIN_OPSET, AttrKind, OpSpec
 from nnsmith_cov.abstract.symbols import fresh_context, int_sym
 from nnsmith_cov.abstract.tensor import AbsTensor
 from nnsmith_cov.gen.binning import BinChoice, draw_bin, weights_for
@@ -70,6 +70,9 @@ class GenConfig:
     # treats 0-d float64 tensors as Python scalars and demotes them to float32,
     # so the exported model would not compute what the graph says.
     excluded: frozenset[tuple[DType, int]] = frozenset({(DType.float64, 0)})
+    # Weights of labelled draws the specs make themselves (an op's export form: "conv.form"),
+    # one per option; None or a missing label: uniform.
+    draw_weights: Mapping[str, Sequence[float]] | None = None
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
@@ -113,6 +116,11 @@ class GenRecord:
     opset: int = DEFAULT_OPSET  # the ONNX opset the graph is exported at
     dynamic: bool = False  # exported with symbolic input dims
     roundtrip: bool = False  # compiled from the backends' IR printed and parsed back
+    # One character per insertion try, "1" inserted, "0" rejected: where a mutation that
+    # deletes or splices tries (nnsmith_cov.feedback.mutate) learns how many ops it removes.
+    try_ok: str = ""
+    parent: int | None = None  # the corpus entry a mutant was made from
+    mutation: dict | None = None  # what was changed in its draws (feedback.mutate.Mutation.to_json)
 
     def to_json(self) -> dict:
         return {
@@ -132,6 +140,9 @@ class GenRecord:
             "opset": self.opset,
             "dynamic": self.dynamic,
             "roundtrip": self.roundtrip,
+            "try_ok": self.try_ok,
+            "parent": self.parent,
+            "mutation": self.mutation,
         }
 
 
@@ -321,6 +332,16 @@ class _Builder:
             self._add_bins(items[half:])
 
     # -- concretization -------------------------------------------------------------
+    def bounded_model(self) -> z3.ModelRef:
+        """The solver's model, solved again with every attribute within +-ATTR_LIMIT where
+        it took a value beyond (PyTorch cannot take it); other graphs keep their model."""
+        model = self.solver.model()
+        if not any(node.op.wide_attrs(model) for node in self.nodes):
+            return model
+        if not self.solver.try_add([c for node in self.nodes for c in node.op.attr_limits()]):
+            raise GenerationError(f"no attribute values within +-{ATTR_LIMIT}")
+        return self.solver.model()
+
     def to_graph(self, model: z3.ModelRef) -> GraphIR:
         order = self._topo_order()
         vid: dict[int, int] = {}
@@ -375,8 +396,13 @@ class _Builder:
         return order
 
 
-def generate(cfg: GenConfig, seed: int, prefix: Sequence[tuple[str, int | float]] = ()) -> Generated:
+def generate(
+    cfg: GenConfig, seed: int, prefix: Sequence[tuple[str, Replayed]] = (), lenient: bool = False
+) -> Generated:
     """Make one graph of `cfg.nodes` operators; same (cfg, seed) gives the same graph.
+
+    `prefix` draws are replayed first, strictly, or with `lenient` as `ChoiceSource` does
+    (draws that no longer fit are drawn fresh: mutants).
 
     A graph proven to have no NaN/Inf-free values is made again from the next
     stream of the seed (the same `prefix` first), so no test is spent on it.
@@ -387,7 +413,7 @@ def generate(cfg: GenConfig, seed: int, prefix: Sequence[tuple[str, int | float]
     dropped: list[str] = []
     for stream in range(max(cfg.feasible_attempts, 1)):
         with fresh_context():
-            gen = _generate(cfg, seed, prefix, stream)
+            gen = _generate(cfg, seed, prefix, stream, lenient)
         reason = prove_infeasible(gen.graph) if cfg.feasible_attempts else None
         if reason is None:
             gen.record.infeasible = dropped
@@ -397,9 +423,11 @@ def generate(cfg: GenConfig, seed: int, prefix: Sequence[tuple[str, int | float]
     raise GenerationError(f"{len(dropped)} graphs proven to have no NaN/Inf-free values (last: {dropped[-1]})")
 
 
-def _generate(cfg: GenConfig, seed: int, prefix: Sequence[tuple[str, int | float]], stream: int) -> Generated:
+def _generate(
+    cfg: GenConfig, seed: int, prefix: Sequence[tuple[str, Replayed]], stream: int, lenient: bool = False
+) -> Generated:
     t0 = time.perf_counter()
-    draw = ChoiceSource(seed, prefix, stream=stream)
+    draw = ChoiceSource(seed, prefix, stream=stream, lenient=lenient, weights=cfg.draw_weights)
     record = GenRecord(seed=seed, stream=stream)
     solver = BudgetSolver(cfg.timeout_ms, draw.derive_seed("z3.seed"), cfg.check_rlimit, cfg.work_budget)
     # The opset first, so that it follows its weights: drawn after the graph, among the opsets
@@ -443,6 +471,7 @@ def _generate(cfg: GenConfig, seed: int, prefix: Sequence[tuple[str, int | float
                 ok = b.forward(op) if forward else b.backward(op)
             except SolverTimeout:
                 break  # keep what fits in the budget
+            record.try_ok += "1" if ok else "0"
             if ok:
                 uid += 1
                 record.ops.append(cls.name())
@@ -454,7 +483,7 @@ def _generate(cfg: GenConfig, seed: int, prefix: Sequence[tuple[str, int | float
             raise GenerationError("no operator could be inserted")
         if cfg.binning and not solver.spent():
             b.binning(record)
-        model = solver.model()
+        model = b.bounded_model()
         graph = b.to_graph(model)
         graph.opset = b.opset
         _plan_export(cfg, draw, graph, record)

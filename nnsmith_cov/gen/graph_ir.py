@@ -28,6 +28,7 @@ from typing import Any
 
 from nnsmith_cov.abstract.op import MAX_OPSET, Attrs
 from nnsmith_cov.abstract.tensor import TensorType
+from nnsmith_cov.bounded_read import DataError, check_depth, check_numbers, loads_json
 
 SCHEMA_VERSION = 2
 DEFAULT_OPSET = MAX_OPSET  # torch 2.13's TorchScript exporter's newest; what schema-1 graphs were exported at
@@ -46,6 +47,13 @@ class Inst:
 
     def to_json(self) -> dict:
         return {"op": self.op, "attrs": self.attrs, "inputs": list(self.inputs), "outputs": list(self.outputs)}
+
+
+def _inst(obj: Any) -> Inst:
+    op, attrs = obj["op"], obj["attrs"]
+    if not isinstance(op, str) or not isinstance(attrs, dict) or not all(isinstance(k, str) for k in attrs):
+        raise GraphIRError(f"malformed instruction: op {op!r} with attributes of type {type(attrs).__name__}")
+    return Inst(op, dict(attrs), tuple(map(int, obj["inputs"])), tuple(map(int, obj["outputs"])))
 
 
 @dataclass
@@ -123,7 +131,15 @@ class GraphIR:
 
     @classmethod
     def from_json(cls, obj: Any, known_op: Callable[[str], bool] | None = None) -> GraphIR:
-        """Parse and validate; raises GraphIRError on anything malformed."""
+        """Parse and validate; raises GraphIRError on anything malformed (also attributes that
+        no backend could carry: integers beyond int64, NaN or infinite floats)."""
+        try:
+            check_depth(obj, "GraphIR")  # obj may come from msgpack (a corpus), not only loads
+            check_numbers(obj, "GraphIR")
+        except DataError as e:
+            raise GraphIRError(str(e)) from None
+        if not isinstance(obj, dict):
+            raise GraphIRError(f"malformed GraphIR: a {type(obj).__name__}, expected an object")
         try:
             schema = obj.get("schema")
             if schema not in (1, SCHEMA_VERSION):
@@ -133,10 +149,7 @@ class GraphIR:
                 types=[TensorType.from_json(t) for t in obj["values"]],
                 inputs=[int(v) for v in obj["inputs"]],
                 weights=[int(v) for v in obj["weights"]],
-                insts=[
-                    Inst(str(i["op"]), dict(i["attrs"]), tuple(map(int, i["inputs"])), tuple(map(int, i["outputs"])))
-                    for i in obj["insts"]
-                ],
+                insts=[_inst(i) for i in obj["insts"]],
                 outputs=[int(v) for v in obj["outputs"]],
                 opset=export["opset"],
                 dynamic=[(int(v), int(d)) for v, d in export["dynamic"]],
@@ -150,11 +163,11 @@ class GraphIR:
         return graph
 
     @classmethod
-    def loads(cls, text: str, known_op: Callable[[str], bool] | None = None) -> GraphIR:
+    def loads(cls, text: str | bytes, known_op: Callable[[str], bool] | None = None) -> GraphIR:
         try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise GraphIRError(f"not JSON: {e}") from None
+            obj = loads_json(text, "graph.json")
+        except DataError as e:
+            raise GraphIRError(str(e)) from None
         return cls.from_json(obj, known_op)
 
     def content_hash(self) -> str:

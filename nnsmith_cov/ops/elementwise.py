@@ -270,22 +270,31 @@ class BitwiseNot(Elementwise):
 
 
 class Clip(Elementwise):
-    """Clip to [lo, hi]; bounds drawn from a small grid so they stay readable."""
+    """Clip to [lo, hi]; bounds drawn from a small grid so they stay readable.
+
+    ONNX forms (the draw "clip.form"), each what torch.clamp exports as: "both" (Clip with
+    min and max), "min" (clamp(min=): max left out) and "max" (clamp(max=): min given as
+    an empty input name). Graphs stored before the form was drawn are "both".
+    """
 
     sigs = same(FLOATS)
     _BOUNDS = (-2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0)
+    FORMS = ("both", "min", "max")
+    FORM_DRAW = "clip.form"  # the label the form is drawn under: the scheduler's "form" arms
 
     def setup(self, draw: ChoiceSource, ins: list[Slot]) -> None:
         lo, hi = sorted(draw.sample("clip.bounds", self._BOUNDS, 2))
-        self.params.update(lo=lo, hi=hi)
+        form = draw.choice(self.FORM_DRAW, self.FORMS)
+        self.params.update(lo=lo if form != "max" else None, hi=hi if form != "min" else None, form=form)
 
     @staticmethod
     def forward(a: Attrs, x: torch.Tensor) -> torch.Tensor:
-        return torch.clamp(x, a.lo, a.hi)
+        return torch.clamp(x, min=a.lo, max=a.hi)
 
     @staticmethod
     def forward_proxy(a: Attrs, x: torch.Tensor) -> torch.Tensor:
-        return num.clamp(x, a.lo, a.hi)
+        inf = float("inf")
+        return num.clamp(x, -inf if a.lo is None else a.lo, inf if a.hi is None else a.hi)
 
 
 class _Cast(Elementwise):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import ClassVar
 
 import torch
@@ -13,10 +14,11 @@ from nnsmith_cov.abstract.choice import ChoiceSource
 from nnsmith_cov.abstract.dtype import ALL, FLOATS, DType
 from nnsmith_cov.abstract.layout import RankChanging, mixed_ranks
 from nnsmith_cov.abstract.op import MAX_RANK, NONSCALAR, AttrKind, Attrs, Elementwise, OpSpec, Slot, same
-from nnsmith_cov.abstract.symbols import int_sym
+from nnsmith_cov.abstract.symbols import context, int_sym
 from nnsmith_cov.abstract.tensor import AbsTensor, Dim
 from nnsmith_cov.abstract.window import Layer, Window, any_of, multiple, spatial
 from nnsmith_cov.ops.onnx_node import as_node
+from nnsmith_cov.ops.resize_node import resize_by_scales
 
 SIZE, PAD = AttrKind.SIZE, AttrKind.PAD
 
@@ -24,12 +26,32 @@ SIZE, PAD = AttrKind.SIZE, AttrKind.PAD
 
 
 class _Conv(Window):
-    """x [N, C, *L], weight [O, C/groups, *k], bias [O]."""
+    """x [N, C, *L], weight [O, C/groups, *k], bias [O].
+
+    ONNX forms (the draw "conv.form"): "bias", one Conv (or ConvTranspose) with its
+    optional B input; "add", the bias left out of it and added after, broadcast over
+    the spatial dims (a bias-free layer with a learned shift, as real models write it:
+    Conv with two inputs, then Reshape and Add, which ORT's Conv-Add fusion folds back).
+    Graphs stored before the form was drawn are "bias".
+    """
 
     sigs = same(FLOATS, 3)
     param_inputs = (1, 2)
     attrs = {"groups": SIZE}
     per_dim = {"stride": SIZE, "padding": PAD, "dilation": SIZE}
+    FORMS = ("bias", "add")
+    FORM_DRAW = "conv.form"  # the label the form is drawn under: the scheduler's "form" arms
+
+    def setup(self, draw: ChoiceSource, ins: list[Slot]) -> None:
+        super().setup(draw, ins)
+        self.params["form"] = draw.choice(self.FORM_DRAW, self.FORMS)
+
+    @classmethod
+    def biased(cls, a: Attrs, conv: Callable[[torch.Tensor | None], torch.Tensor], b: torch.Tensor) -> torch.Tensor:
+        """`conv(bias)` in the instance's form: the bias passed in, or added after."""
+        if a.get("form") == "add":
+            return conv(None) + b.reshape(-1, *[1] * cls.ndim)
+        return conv(b)
 
     def __init_subclass__(cls, **kw) -> None:
         super().__init_subclass__(**kw)
@@ -57,9 +79,8 @@ class _Conv(Window):
     @classmethod
     def forward(cls, a: Attrs, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         n = cls.ndim
-        return cls.torch_fn(
-            x, w, b, spatial(a, "stride", n), spatial(a, "padding", n), spatial(a, "dilation", n), a.groups
-        )
+        s, p, d = (spatial(a, k, n) for k in ("stride", "padding", "dilation"))
+        return cls.biased(a, lambda bias: cls.torch_fn(x, w, bias, s, p, d, a.groups), b)
 
 
 class Conv1d(_Conv):
@@ -100,7 +121,7 @@ class _ConvTranspose(_Conv):
     def forward(cls, a: Attrs, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         n = cls.ndim
         s, p, op, d = (spatial(a, k, n) for k in ("stride", "padding", "output_padding", "dilation"))
-        return cls.torch_fn(x, w, b, s, p, op, a.groups, d)
+        return cls.biased(a, lambda bias: cls.torch_fn(x, w, bias, s, p, op, a.groups, d), b)
 
 
 class ConvTranspose1d(_ConvTranspose):
@@ -456,11 +477,23 @@ class LogSoftmax(Softmax):
 
 
 class Linear(Layer):
-    """x [..., in] @ W[out, in]^T + b[out]."""
+    """x [..., in] @ W[out, in]^T + b[out].
+
+    ONNX forms: "linear", F.linear (one Gemm for a 2-d x, else MatMul on the transposed
+    weight and Add); for a 2-d x only, the draw "linear.form" may pick "matmul_add", the
+    same written out as `x @ W.T + b` as hand-written MLP blocks do (Transpose, MatMul and
+    Add, which ORT fuses into a Gemm itself). At other ranks both are the same ONNX, so
+    nothing is drawn. Graphs stored before the form was drawn are "linear".
+    """
 
     sigs = same(FLOATS, 3)
     in_ranks = (NONSCALAR, (2,), (1,))
     param_inputs = (1, 2)
+    FORMS = ("linear", "matmul_add")
+    FORM_DRAW = "linear.form"  # the label the form is drawn under: the scheduler's "form" arms
+
+    def setup(self, draw: ChoiceSource, ins: list[Slot]) -> None:
+        self.params["form"] = draw.choice(self.FORM_DRAW, self.FORMS) if ins[0][1] == 2 else "linear"
 
     def requires(self, x: list[AbsTensor]) -> list[z3.BoolRef]:
         return [x[0].shape[-1] == x[1].shape[1], x[2].shape[0] == x[1].shape[0]]
@@ -470,6 +503,8 @@ class Linear(Layer):
 
     @staticmethod
     def forward(a: Attrs, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        if a.get("form") == "matmul_add":
+            return torch.matmul(x, w.t()) + b
         return F.linear(x, w, b)
 
 
@@ -603,11 +638,27 @@ class Einsum(OpSpec):
 
 
 class Interpolate(Layer):
-    """F.interpolate to an explicit size; the mode is drawn among those valid for the rank."""
+    """F.interpolate; the mode is drawn among those valid for the rank.
+
+    ONNX forms (the draw "interp.form"), both written by real PyTorch exports:
+    - "sizes": `size=` given: Resize with its `sizes` input (roi and scales left out);
+    - "scales": `scale_factor=` given (one factor per spatial dim from _SCALES): Resize with
+      its `scales` input, output dims floor(d * factor), and coordinates mapped through the
+      factor rather than the size ratio (where align_corners is off). Written as the
+      exporter writes it (same attributes, roi left out from opset 13) but with the scales
+      one constant, as a default export's constant folding leaves them: unfolded, they are a
+      Concat ONNX shape inference cannot read, and every shape after the Resize is lost.
+    Graphs stored before the form was drawn are the "sizes" form.
+    """
 
     sigs = same(FLOATS)
     in_ranks = ((3, 4, 5),)
     _MODES = {3: ("nearest", "linear"), 4: ("nearest", "bilinear", "bicubic"), 5: ("nearest", "trilinear")}
+    FORMS = ("sizes", "scales")
+    FORM_DRAW = "interp.form"  # the label the form is drawn under: the scheduler's "form" arms
+    # (numerator, denominator): exact in binary, and 1/factor rounds up in float32, so
+    # PyTorch's nearest source index (dst * (1/factor), floored) agrees with ONNX's dst / factor.
+    _SCALES = ((1, 2), (3, 4), (3, 2), (2, 1), (3, 1))
 
     def setup(self, draw: ChoiceSource, ins: list[Slot]) -> None:
         rank = ins[0][1]
@@ -615,17 +666,42 @@ class Interpolate(Layer):
         self.params["mode"] = mode
         if mode != "nearest":
             self.params["align_corners"] = draw.coin("interp.align_corners")
-        for i in range(rank - 2):
-            self.new_attr(f"size{i}", SIZE)
+        form = draw.choice(self.FORM_DRAW, self.FORMS)
+        self.params["form"] = form
+        if form == "scales":
+            self.params["scales"] = [list(draw.choice("interp.scale", self._SCALES)) for _ in range(rank - 2)]
+        else:
+            for i in range(rank - 2):
+                self.new_attr(f"size{i}", SIZE)
+
+    def _out(self, x: AbsTensor) -> list[Dim]:
+        if self.params.get("form") != "scales":
+            return [self.sym[f"size{i}"] for i in range(x.rank - 2)]
+        # floor(d * n / m): Z3's integer division floors for the positive dims here
+        return [
+            (d * n) // m if isinstance(d, int) else (d * n / m if m > 1 else d * n)
+            for d, (n, m) in zip(x.shape[2:], self.params["scales"])
+        ]
+
+    def requires(self, x: list[AbsTensor]) -> list[z3.BoolRef]:
+        # a factor below 1 must leave each dim at least 1 long
+        return [z3.BoolVal(d >= 1, context()) if isinstance(d, int) else d >= 1 for d in self._out(x[0])]
 
     def type_transfer(self, x: list[AbsTensor]) -> list[AbsTensor]:
-        sizes = [self.sym[f"size{i}"] for i in range(x[0].rank - 2)]
-        return [AbsTensor([*x[0].shape[:2], *sizes], x[0].dtype)]
+        return [AbsTensor([*x[0].shape[:2], *self._out(x[0])], x[0].dtype)]
 
     @staticmethod
     def forward(a: Attrs, x: torch.Tensor) -> torch.Tensor:
+        align = a.get("align_corners")
+        if a.get("form") == "scales":
+            factors = tuple(n / m for n, m in a.scales)
+
+            def fn(t: torch.Tensor) -> torch.Tensor:
+                return F.interpolate(t, scale_factor=factors, mode=a.mode, align_corners=align)
+
+            return resize_by_scales(x, fn, factors, a.mode, align)
         size = spatial(a, "size", x.dim() - 2)
-        return F.interpolate(x, size=size, mode=a.mode, align_corners=a.get("align_corners"))
+        return F.interpolate(x, size=size, mode=a.mode, align_corners=align)
 
 
 class PixelShuffle(Layer):

@@ -19,12 +19,15 @@ from __future__ import annotations
 import json
 import shutil
 import zipfile
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from nnsmith_cov.bounded_read import MAX_JSON_BYTES, DataError, json_type, read_json, shown
+from nnsmith_cov.campaign.stored import StoredError, number, search_settings, timeout, trusted_backend
 from nnsmith_cov.gen.graph_ir import GraphIR, GraphIRError
 from nnsmith_cov.materialize.model_dir import load_npz, npz_bytes
 from nnsmith_cov.ops import is_op
@@ -86,23 +89,78 @@ def write_bundle(
     return path
 
 
-def read_bundle(path: Path) -> Bundle:
-    """Read and validate a bundle; BundleError says what is wrong in one line."""
+def read_bundle(path: Path, plugins: Collection[str] = ()) -> Bundle:
+    """Read and validate a bundle; BundleError says what is wrong in one line. The bundle is
+    data: its backend must be built in or one of `plugins` (named on the command line), and
+    every setting it stores is checked for type and range before anything runs it."""
     if not (path / "meta.json").is_file():
         raise BundleError(f"{path}: not a bundle (no meta.json)")
     try:
-        meta = json.loads((path / "meta.json").read_text())
-        if not isinstance(meta, dict) or meta.get("schema") != BUNDLE_SCHEMA:
-            raise BundleError(f"{path}: meta.json has schema {meta.get('schema')!r}, expected {BUNDLE_SCHEMA}")
-        for key in ("symptom", "backend", "stage", "opt", "signature", "seed"):
-            if key not in meta:
-                raise BundleError(f"{path}: meta.json lacks {key!r}")
-        graph = GraphIR.loads((path / "graph.json").read_text(), known_op=is_op)
-        values = load_npz(path / "inputs.npz")
-        oracle = load_npz(path / "oracle.npz") if (path / "oracle.npz").exists() else None
+        meta = read_json((path / "meta.json"), max_bytes=MAX_META_BYTES)
+        _check_meta(meta, path, plugins)
+        try:
+            graph = GraphIR.loads(_data(path / "graph.json"), known_op=is_op)
+        except GraphIRError as e:
+            raise BundleError(f"{path}/graph.json: {_one_line(e).removeprefix('graph.json: ')}") from None
+        values = _arrays(path / "inputs.npz")
+        oracle = _arrays(path / "oracle.npz") if (path / "oracle.npz").exists() else None
         onnx = (path / "model.onnx").read_bytes() if (path / "model.onnx").exists() else None
     except BundleError:
         raise
-    except (OSError, ValueError, zipfile.BadZipFile, GraphIRError) as e:  # JSONDecodeError is a ValueError
-        raise BundleError(f"{path}: {type(e).__name__}: {e}") from None
+    except StoredError as e:
+        raise BundleError(f"{path}/meta.json: {e}") from None
+    except DataError as e:  # (names the file)
+        raise BundleError(str(e)) from None
+    except (OSError, ValueError, zipfile.BadZipFile, GraphIRError) as e:  # DataError is a ValueError
+        raise BundleError(f"{path}: {type(e).__name__}: {_one_line(e)}") from None
     return Bundle(path, meta, graph, values, oracle, onnx)
+
+
+MAX_META_BYTES = 16 << 20  # detail and versions; the graph and arrays live in their own files
+
+
+def _data(path: Path) -> bytes:
+    if path.stat().st_size > MAX_JSON_BYTES:
+        raise BundleError(f"{path}: larger than {MAX_JSON_BYTES} bytes")
+    return path.read_bytes()
+
+
+def _arrays(path: Path) -> dict[str, np.ndarray]:
+    try:
+        return load_npz(path)
+    except (ValueError, zipfile.BadZipFile, EOFError) as e:
+        raise BundleError(f"{path}: unreadable arrays ({type(e).__name__}: {_one_line(e)})") from None
+
+
+def _check_meta(meta: Any, path: Path, plugins: Collection[str]) -> None:
+    """BundleError / StoredError unless meta.json has the fields a re-run reads, of their types."""
+    if not isinstance(meta, dict):
+        raise BundleError(f"{path}: meta.json holds a JSON {json_type(meta)}, expected an object")
+    if meta.get("schema") != BUNDLE_SCHEMA:
+        raise BundleError(f"{path}: meta.json has schema {meta.get('schema')!r}, expected {BUNDLE_SCHEMA}")
+    for key in ("symptom", "backend", "stage", "opt", "signature", "seed"):
+        if key not in meta:
+            raise BundleError(f"{path}: meta.json lacks {key!r}")
+    for key in ("symptom", "stage", "opt", "signature"):
+        if not isinstance(meta[key], str):
+            raise BundleError(f"{path}: meta.json {key} must be a string, not {json_type(meta[key])}")
+    seed = meta["seed"]
+    if type(seed) is not int or not 0 <= seed < 2**63:
+        raise BundleError(f"{path}: meta.json seed must be an integer in [0, 2^63), not {shown(seed)}")
+    if meta["stage"] not in ("reference", "export"):  # PyTorch's findings run no backend
+        trusted_backend(meta["backend"], plugins, "backend")
+    settings = meta.get("settings", {})
+    if not isinstance(settings, dict):
+        raise BundleError(f"{path}: meta.json settings must be an object, not {json_type(settings)}")
+    for key, default in (("rtol", 1e-2), ("atol", 1e-3), ("half_rtol", 5e-2), ("half_atol", 1e-2)):
+        number(settings, key, "settings", default)
+    timeout(settings, "settings", 60.0)
+    if settings.get("search") is not None:
+        search_settings(settings["search"], "settings")
+    if meta.get("search") is not None and not isinstance(meta["search"], dict):
+        raise BundleError(f"{path}: meta.json search must be an object, not {json_type(meta['search'])}")
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__

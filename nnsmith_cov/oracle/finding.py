@@ -15,7 +15,7 @@ SYMPTOMS = ("crash", "hang", "inconsistency")
 class Finding:
     """One symptom of one test case on one backend (or PyTorch, for export/reference)."""
 
-    symptom: str  # crash | hang | inconsistency
+    symptom: str  # crash | hang | oom (an allocation failed, e.g. under the worker's memory limit) | inconsistency
     backend: str  # a backend spec, or "torch" for the reference run and the exporter
     stage: str  # reference | export | import | compile | execute
     opt: str  # "opt" | "O0" | "-" (PyTorch)

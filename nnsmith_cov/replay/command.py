@@ -59,14 +59,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from nnsmith_cov.campaign.testcase import CaseSettings
     from nnsmith_cov.campaign.worker_handle import WorkerStartError
     from nnsmith_cov.cli import CliError
+    from nnsmith_cov.cli_checks import check_new_campaign, make_folder
     from nnsmith_cov.corpus.records import CorpusError
     from nnsmith_cov.replay.engine import Replayer, ReplayError, default_clock, plan, replay_config
     from nnsmith_cov.replay.sources import SourceError, open_sources
 
     if args.collector == "none":
         raise CliError("a replay measures coverage: --collector python, llvm, binary, python+binary or module:Class")
-    if (args.output / "config.json").exists() or (args.output / "lmdb").exists():
-        raise CliError(f"{args.output} already holds a campaign: choose another folder")
+    check_new_campaign(args.output, "-o")
     for src in args.sources:
         if src.resolve() == args.output.resolve():
             raise CliError(f"{src}: a replay cannot write into its own source")
@@ -90,6 +90,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         )
         config = replay_config(sources, settings, args.seed, args.collector, args.cov_targets, args.pass_filter, clock)
         run = RunDir(args.output)
+        make_folder(args.output, "-o")  # after every check: a refused replay writes nothing
         from nnsmith_cov.campaign.worker_handle import WorkerHandle
 
         worker = WorkerHandle(args.backends, run.worker_log(0), collector=args.collector, cov_targets=args.cov_targets)

@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from nnsmith_cov import __version__
-from nnsmith_cov.campaign.fuzz_loop import FuzzConfig, RunStats, prepared_blobs, test_seed
+from nnsmith_cov.campaign.fuzz_loop import FuzzConfig, test_seed
+from nnsmith_cov.campaign.internal import InternalError
+from nnsmith_cov.campaign.ledger import Finished, Ledger, Material
 from nnsmith_cov.campaign.run_dir import RUN_SCHEMA, RunDir
+from nnsmith_cov.campaign.run_stats import RunStats
 from nnsmith_cov.campaign.testcase import (
     CaseResult,
     CaseSettings,
@@ -35,14 +36,9 @@ from nnsmith_cov.campaign.testcase import (
     run_test,
 )
 from nnsmith_cov.campaign.worker_handle import WorkerFault, WorkerHandle
-from nnsmith_cov.corpus.records import TestEntry, TestRecord, TimelineRow
 from nnsmith_cov.corpus.store import CorpusStore
-from nnsmith_cov.coverage.covmap import Novelty, VirginMap
 from nnsmith_cov.coverage.universe import Universe
 from nnsmith_cov.gen.generator import GenConfig
-from nnsmith_cov.materialize.model_dir import npz_bytes
-from nnsmith_cov.oracle.bundle import write_bundle
-from nnsmith_cov.oracle.finding import Finding
 from nnsmith_cov.replay.foreign import ForeignModel
 from nnsmith_cov.replay.sources import Item, Loaded, NativeTest, ReplayInputError, Source
 
@@ -137,11 +133,9 @@ class Replayer:
     ) -> None:
         self.settings, self.run, self.worker, self.on_event, self.seed = settings, run, worker, on_event, seed
         self.stats = RunStats()
+        self.ledger = Ledger(run, self.stats, on_event)
         self.versions: dict[str, str] = {"nnsmith-cov": __version__}
         self.universe: Universe | None = None
-        self.covmap: VirginMap | None = None
-        self.pass_mask: np.ndarray | None = None
-        self.store: CorpusStore | None = None
         self.broken = 0  # inputs that could not be replayed
         self.rejected = 0  # (item, backend) pairs refused at import
         self.items = 0  # items planned
@@ -160,19 +154,20 @@ class Replayer:
             )
         self.versions |= {k: str(v) for k, v in hello["versions"].items()}
         self.universe = self.worker.universe()
-        self.covmap, self.pass_mask = self.stats.track(self.universe, config.get("pass_filters"))
+        self.ledger.track(self.universe, config.get("pass_filters"))
         self.clock = config["replay"]["clock"]
         self.items = sum(s["items"] for s in config["replay"]["sources"])
         config = config | {"versions": self.versions, "coverage": hello["collector"]}
         self.run.create(config)
-        self.store = CorpusStore.create(self.run.root / "lmdb", config, self.versions, self.universe)
-        self.stats.refresh_coverage(self.covmap, self.pass_mask)
+        self.ledger.store = CorpusStore.create(self.run.root / "lmdb", config, self.versions, self.universe)
         self._t0 = time.monotonic()
 
+    @property
+    def store(self) -> CorpusStore | None:
+        return self.ledger.store
+
     def close(self) -> None:
-        if self.store is not None:
-            self.store.close()
-            self.store = None
+        self.ledger.close()
 
     # -- one item ----------------------------------------------------------------------------
     def replay(self, p: Planned, last: bool = False) -> None:
@@ -183,15 +178,19 @@ class Replayer:
         except ReplayInputError as e:
             self._broken(p.item, "unreadable", str(e))
             return
+        self.stats.tests += 1
         rejected: list[dict[str, str]] = []
         try:
             if isinstance(loaded, NativeTest):
                 result = self._run_native(loaded)
             else:
                 result, rejected = self._run_foreign(loaded)
-        except WorkerFault as e:  # nnsmith-cov's own error on this input: skip it, keep going
-            self.stats.faults += 1
+        except WorkerFault as e:  # nnsmith-cov's own error on this input: recorded apart, keep going
             self._broken(p.item, "fault", str(e).splitlines()[0])
+            graph = loaded.graph if isinstance(loaded, NativeTest) else None
+            meta = {"replay_of": p.item.origin, "settings": self.settings.to_json(), "versions": self.versions}
+            error = InternalError.from_worker("worker", str(e))
+            self.ledger.commit_internal(p.test_id, _seed_of(loaded, seed), error, meta, graph, last=last)
             return
         for r in rejected:
             self.rejected += 1
@@ -235,62 +234,24 @@ class Replayer:
         return result, rejected
 
     def _finish(self, p: Planned, loaded: Loaded, seed: int, result: CaseResult, last: bool) -> None:
-        st = self.stats
-        assert self.covmap is not None and self.store is not None
-        st.tests += 1
-        st.restarts = self.worker.deaths
-        for stage, ms in result.ms.items():
-            st.stage_ms[stage].append(ms)
-        novelty = None if result.hits is None else st.fold_hits(self.covmap, self.pass_mask, result.hits)
-        if result.status == "no-values":
-            st.no_values += 1
-        elif result.status in ("pass", "finding"):
-            st.executed += 1
-            st.passed += result.status == "pass"
-        headers = [self._file(f, p, loaded, seed, result) for f in result.findings]
+        self.stats.restarts = self.worker.deaths
         elapsed = p.elapsed_s if p.elapsed_s is not None else time.monotonic() - self._t0
-        interesting = novelty is not None and novelty.interesting
-        entry = None
-        if interesting or headers:
-            entry = _entry(loaded, seed, result, novelty, headers, elapsed, with_hits=interesting)
-            st.corpus += interesting
-        row = None
-        if interesting or headers or last or p.test_id == 0:
-            row = TimelineRow(elapsed, p.tests, st.branches or 0, st.pass_branches or 0, st.corpus, st.findings.total())
-        self.store.commit(
-            p.test_id, entry, elapsed_s=elapsed, virgin=self.covmap if interesting else None, timeline=row
-        )
+        meta: dict[str, Any] = {"settings": self.settings.to_json(), "versions": self.versions}
+        meta["replay_of"] = p.item.origin
+        if isinstance(loaded, NativeTest):
+            prep = result.prepared
+            meta |= {"search": prep.search if prep else None, "draws": [list(d) for d in loaded.draws]}
+            t = Finished(p.test_id, loaded.seed, result, loaded.graph, gen=loaded.gen, draws=list(loaded.draws))
+        else:
+            meta |= {"symbolic_dims": loaded.dims}
+            t = Finished(p.test_id, seed, result, None, material=Material(loaded.inputs, None, loaded.onnx))
+        t.meta, t.line, t.elapsed_s, t.tests_axis = meta, {"source": p.item.origin}, elapsed, p.tests
+        novelty = self.ledger.fold(result.hits)
+        self.ledger.commit(t, novelty, last=last)
         line = {"test": p.test_id, "source": p.item.origin, "kind": p.item.kind, "status": result.status}
         line |= {"new_branches": novelty.new_branches if novelty else 0, "elapsed_s": round(elapsed, 3)}
         with open(self.run.root / "replayed.jsonl", "a") as f:
             f.write(json.dumps(line) + "\n")
-
-    def _file(self, finding: Finding, p: Planned, loaded: Loaded, seed: int, result: CaseResult) -> dict[str, Any]:
-        """Count, bundle (first of its signature) and log a finding; returns its log line."""
-        st = self.stats
-        new = st.count_finding(finding.header())
-        path = self.run.bundle_path(finding)
-        bundle = None
-        if new:
-            meta: dict[str, Any] = {
-                "test": p.test_id,
-                "settings": self.settings.to_json(),
-                "versions": self.versions,
-                "replay_of": p.item.origin,
-            }
-            if isinstance(loaded, NativeTest):
-                prep = result.prepared
-                assert prep is not None
-                meta |= {"seed": loaded.seed, "search": prep.search, "draws": [list(d) for d in loaded.draws]}
-                bundle = write_bundle(path, finding, loaded.graph, prep.values, prep.oracle, prep.onnx, meta)
-            else:
-                meta |= {"seed": seed, "symbolic_dims": loaded.dims}
-                bundle = write_bundle(path, finding, None, loaded.inputs, None, loaded.onnx, meta)
-        line = {"test": p.test_id, "seed": _seed_of(loaded, seed)} | finding.header()
-        line |= {"new": new, "bundle": str(path.relative_to(self.run.root)), "source": p.item.origin}
-        self.run.log_finding(line)
-        self.on_event(("new" if new else "dup", finding, bundle))
-        return line
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def _broken(self, item: Item, kind: str, error: str) -> None:
@@ -312,41 +273,6 @@ class Replayer:
 
 def _seed_of(loaded: Loaded, seed: int) -> int:
     return loaded.seed if isinstance(loaded, NativeTest) else seed
-
-
-def _entry(
-    loaded: Loaded,
-    seed: int,
-    result: CaseResult,
-    novelty: Novelty | None,
-    findings: list[dict[str, Any]],
-    elapsed_s: float,
-    with_hits: bool,
-) -> TestEntry:
-    """What the corpus keeps of a replayed item: with its hits when it brought new coverage."""
-    blobs: dict[str, bytes] = {}
-    if isinstance(loaded, NativeTest):
-        p = result.prepared
-        graph, gen, draws = loaded.graph.to_json(), loaded.gen, list(loaded.draws)
-        if p is not None:
-            blobs = prepared_blobs(p)
-    else:
-        graph, gen, draws = {}, {}, []
-        blobs["model.onnx"] = loaded.onnx
-        if loaded.inputs:
-            blobs["inputs.npz"] = npz_bytes(loaded.inputs)
-    record = TestRecord(
-        seed=_seed_of(loaded, seed),
-        status=result.status,
-        graph=graph,
-        gen=gen,
-        draws=draws,
-        timings={k: round(v, 3) for k, v in result.ms.items()},
-        elapsed_s=elapsed_s,
-        novelty=novelty,
-    )
-    hits = result.hits if with_hits else None
-    return TestEntry(record, hits, blobs, findings)
 
 
 def error_lines(run_root: Path) -> list[dict[str, Any]]:

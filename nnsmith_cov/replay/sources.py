@@ -13,7 +13,6 @@ Items are read lazily, one at a time, so a broken one costs only itself (`Replay
 from __future__ import annotations
 
 import io
-import json
 import os
 import zipfile
 from collections.abc import Callable
@@ -23,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from nnsmith_cov.bounded_read import DataError, read_json
+from nnsmith_cov.campaign.stored import StoredError, search_settings
 from nnsmith_cov.corpus.records import CorpusError
 from nnsmith_cov.corpus.store import CorpusStore
 from nnsmith_cov.gen.graph_ir import GraphIR, GraphIRError
@@ -135,9 +136,17 @@ def _corpus(root: Path, lmdb_dir: Path, offset_s: float, offset_tests: int) -> S
         raise SourceError(str(e)) from None
     config = None
     try:
-        config = json.loads((root / "config.json").read_text())
-    except (OSError, ValueError):
+        config = read_json(root / "config.json")
+    except FileNotFoundError:
         config = store.meta.config or None
+    except (OSError, DataError) as e:
+        store.close()
+        raise SourceError(f"{root}: unreadable config.json ({e})") from None
+    try:
+        _check_config(config, root)
+    except SourceError:
+        store.close()
+        raise
     # Commit order is campaign-time order (each test is stamped as it commits), also with workers.
     records.sort(key=lambda r: (r[1].elapsed_s, r[0]))
     items = [
@@ -153,6 +162,22 @@ def _corpus(root: Path, lmdb_dir: Path, offset_s: float, offset_tests: int) -> S
     ]
     config = config if isinstance(config, dict) else None
     return Source(root, "corpus", items, counters.elapsed_s, counters.next_test_id, config, store)
+
+
+def _check_config(config: object, root: Path) -> None:
+    """What a replay takes from a source's campaign config (its value search and generator
+    settings) must be of the right types: it is data from elsewhere."""
+    if config is None:
+        return
+    if not isinstance(config, dict):
+        raise SourceError(f"{root}: config.json is not a JSON object")
+    try:
+        if "search" in config:
+            search_settings(config["search"], "config.json")
+    except StoredError as e:
+        raise SourceError(f"{root}: {e}") from None
+    if not isinstance(config.get("generator", {}), dict):
+        raise SourceError(f"{root}: config.json generator is not a JSON object")
 
 
 def _corpus_loader(store: CorpusStore, test_id: int) -> Callable[[int], Loaded]:
@@ -200,12 +225,13 @@ def _folder_loader(folder: Path) -> Callable[[int], Loaded]:
     def load(_seed: int) -> Loaded:
         meta_file = folder / ("meta.json" if (folder / "meta.json").is_file() else "record.json")
         try:
-            meta = json.loads(meta_file.read_text())
-            graph = _graph(json.loads((folder / "graph.json").read_text()), "graph.json")
+            meta = read_json(meta_file)
+            graph = _graph(read_json(folder / "graph.json"), "graph.json")
         except (OSError, ValueError) as e:
             raise ReplayInputError(f"{folder}: unreadable ({type(e).__name__}: {e})") from None
-        if not isinstance(meta, dict) or not isinstance(meta.get("seed"), int):
-            raise ReplayInputError(f"{folder}: {meta_file.name} has no integer seed")
+        seed = meta.get("seed") if isinstance(meta, dict) else None
+        if type(seed) is not int or not 0 <= seed < 2**63:
+            raise ReplayInputError(f"{folder}: {meta_file.name} has no integer seed in [0, 2^63)")
         values = _npz(_read(folder / "inputs.npz"), f"{folder.name}/inputs.npz") or {}
         oracle = _npz(_read(folder / "oracle.npz"), f"{folder.name}/oracle.npz")
         draws = meta.get("draws") if isinstance(meta.get("draws"), list) else []

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from nnsmith_cov import bounded_read
 from nnsmith_cov.coverage.universe import path_matches
 from nnsmith_cov.report.model import Campaign, ReportError, key_file
 
@@ -36,11 +37,11 @@ def write_json(c: Campaign, path: Path) -> None:
 def read_json(path: Path, label: str, pass_filters: Sequence[str] | None = None) -> Campaign:
     """A set written by `write_json` as a labelled campaign."""
     try:
-        obj = json.loads(path.read_text())
+        obj = bounded_read.read_json(path, max_bytes=1 << 30)  # a whole universe's keys: large, but bounded
     except OSError as e:
         raise ReportError(f"{path}: cannot read ({e.strerror or e})") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ReportError(f"{path}: not JSON ({e})") from None
+    except bounded_read.DataError as e:
+        raise ReportError(str(e)) from None
     if not isinstance(obj, dict) or obj.get("format") != BRANCHES_FORMAT or obj.get("schema") != BRANCHES_SCHEMA:
         raise ReportError(f"{path}: not an nnsmith-cov branch set (format {BRANCHES_FORMAT}, schema 1)")
     keys, uni = obj.get("branches"), obj.get("universe") or {}

@@ -7,12 +7,12 @@ folder itself. The label defaults to the folder (or file) name.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from nnsmith_cov.bounded_read import read_json as read_json_file
 from nnsmith_cov.corpus.records import CorpusError
 from nnsmith_cov.corpus.store import CorpusStore
 from nnsmith_cov.coverage.collector import pass_filters
@@ -92,7 +92,10 @@ def _read(store: CorpusStore, path: Path, label: str, pass_filters: Sequence[str
         data = view.get("meta", b"universe")
         counters = view.counters()
         virgin = view.virgin()
-        signatures = {h.get("signature") for _, h in view.findings()}
+        headers = [h for _, h in view.findings()]
+    # nnsmith-cov's own errors are counted apart from the compilers' findings
+    internal = sum(h.get("symptom") == "internal" for h in headers)
+    signatures = {h.get("signature") for h in headers if h.get("symptom") != "internal"}
     if data is None or virgin is None:
         raise ReportError(f"{path}: damaged corpus (no universe or coverage map stored)")
     try:
@@ -140,8 +143,9 @@ def _read(store: CorpusStore, path: Path, label: str, pass_filters: Sequence[str
         elapsed_s=counters.elapsed_s,
         tests=counters.tests_run,
         corpus=counters.corpus,
-        findings=counters.findings,
+        findings=counters.findings - internal,
         unique_signatures=len(signatures),
+        internal_errors=internal,
         feedback=config.get("feedback") if isinstance(config.get("feedback"), bool) else None,
         generator=_generator_name(gen, config),
         by_time=_curve(points, len(universe), mask, key=0, end=(counters.elapsed_s, len(keys), len(pass_keys))),
@@ -167,7 +171,7 @@ def _op_tests(path: Path) -> dict[str, int] | None:
     """Per-op counts over all generated tests, from the run folder's stats.json (None without)."""
     root = path.parent if path.name == "lmdb" else path
     try:
-        counts = json.loads((root / "stats.json").read_text())["op_tests"]
+        counts = read_json_file(root / "stats.json")["op_tests"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if not isinstance(counts, dict):

@@ -48,6 +48,7 @@ class Campaign:
     corpus: int | None = None
     findings: int | None = None
     unique_signatures: int | None = None
+    internal_errors: int | None = None  # tests ended by nnsmith-cov's own errors (not findings)
     feedback: bool | None = None
     generator: str | None = None
     by_time: Curve | None = None

@@ -38,7 +38,7 @@ class OpTally:
                 self.in_corpus[op] += 1
                 self.new_branches[op] += new
             self.occurrences.update(names)
-        if record.status == "finding" or not in_corpus:
+        if record.status == "finding" or (not in_corpus and record.status != "internal"):
             self.finding_tests += 1
             self.in_findings.update(distinct)
 

@@ -35,6 +35,7 @@ def table_rows(campaigns: Sequence[Campaign]) -> list[dict[str, Any]]:
                 "corpus": c.corpus,
                 "findings": c.findings,
                 "unique_signatures": c.unique_signatures,
+                "internal_errors": c.internal_errors,
                 "elapsed_s": None if c.elapsed_s is None else round(c.elapsed_s, 1),
                 "time_budget_s": c.time_budget_s,
                 "test_budget": c.test_budget,
@@ -66,6 +67,7 @@ def print_table(rows: list[dict[str, Any]], notes: Sequence[str] = ()) -> None:
         ("tests", "right"),
         ("corpus", "right"),
         ("findings", "right"),
+        ("internal", "right"),
         ("time (s)", "right"),
     ):
         t.add_column(name, justify=justify)  # type: ignore[arg-type]
@@ -81,6 +83,7 @@ def print_table(rows: list[dict[str, Any]], notes: Sequence[str] = ()) -> None:
             _fmt(r["tests"]),
             _fmt(r["corpus"]),
             _fmt(r["findings"]),
+            _fmt(r["internal_errors"]),
             _fmt(r["elapsed_s"], "{:.0f}"),
         )
     console = Console()

@@ -93,8 +93,8 @@ def unary(name: str, r: Range, a) -> Range:
     )
     forced = frozenset(_f(fn, c) for c in r.forced)
     integral = name in _INTEGRAL_RESULT or (r.integral and name in {"Relu", "Neg", "Abs", "Sign", "Clip"})
-    if integral and name == "Clip":
-        integral = float(a.lo).is_integer() and float(a.hi).is_integer()
+    if integral and name == "Clip":  # a bound may be absent (None): the Clip form leaves it out
+        integral = all(b is None or float(b).is_integer() for b in (a.lo, a.hi))
     if trend == 1:
         below, above = _fact(fn, r.below, INF), _fact(fn, r.above, -INF)
         out = Range(_f(fn, lo), _f(fn, hi), forced, below, above, integral, r.src)
@@ -112,7 +112,7 @@ def unary(name: str, r: Range, a) -> Range:
                 w_bottom, w_top = _image(name, fn, w_lo, w_hi)
                 below, above = min(below, w_top), max(above, w_bottom)
         out = Range(bottom, top, forced, below, above, integral, r.src)
-    if name == "Clip" and a.hi <= 0:
+    if name == "Clip" and a.hi is not None and a.hi <= 0:
         out = replace(out, src=f"Clip(hi={a.hi})")
     return out
 
