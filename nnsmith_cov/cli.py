@@ -715,18 +715,18 @@ def _is_internal_record(path: Path) -> bool:
 
 def _repro_internal(path: Path) -> int:
     """Replay an internal error's record (RUN/internal/...): exit 0 when it still shows."""
-    import json
     import tempfile
 
-    from nnsmith_cov.campaign.internal import InternalReplayError, replay_internal
+    from nnsmith_cov.campaign.internal import InternalReplayError, read_internal, replay_internal
     from nnsmith_cov.campaign.worker_handle import WorkerStartError
 
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            now = replay_internal(path, Path(tmp) / "worker.log")
+            meta = read_internal(path)
+            now = replay_internal(path, meta, Path(tmp) / "worker.log")
         except (InternalReplayError, WorkerStartError) as e:
             raise CliError(str(e)) from None
-    expected = json.loads((path / "meta.json").read_text())["signature"]
+    expected = meta["signature"]
     print(f"expected: {expected}")
     print(f"now:      {now or 'no internal error (the steps run clean)'}")
     print("reproduces" if now == expected else "does not reproduce")

@@ -224,10 +224,14 @@ class InternalReplayError(Exception):
 
 def read_internal(path: Path) -> dict[str, Any]:
     """An internal error's meta.json, checked for what a replay needs."""
+    from nnsmith_cov.bounded_read import read_json
+
     try:
-        meta = json.loads((path / "meta.json").read_text())
-    except (OSError, ValueError) as e:
+        meta = read_json(path / "meta.json")
+    except OSError as e:
         raise InternalReplayError(f"{path}: unreadable meta.json ({type(e).__name__})") from None
+    except ValueError as e:  # bounded_read's DataError: one line already
+        raise InternalReplayError(str(e)) from None
     if not isinstance(meta, dict) or meta.get("schema") != INTERNAL_SCHEMA or meta.get("symptom") != SYMPTOM:
         raise InternalReplayError(f"{path}: not an internal-error record of schema {INTERNAL_SCHEMA}")
     for key, kind in (("stage", str), ("signature", str), ("seed", int), ("gen_config", dict)):
@@ -236,8 +240,8 @@ def read_internal(path: Path) -> dict[str, Any]:
     return meta
 
 
-def replay_internal(path: Path, log_path: Path) -> str | None:
-    """Re-run what an internal error's record describes, as the campaign ran it: its
+def replay_internal(path: Path, meta: dict[str, Any], log_path: Path) -> str | None:
+    """Re-run what an internal error's record (`read_internal(path)`) describes, as the campaign ran it: its
     generation (grown from the recorded parent draws, if any) and, where the error came
     after it, the test in a worker. Returns the internal error's signature now, or None
     when the same steps run clean."""
@@ -246,7 +250,6 @@ def replay_internal(path: Path, log_path: Path) -> str | None:
     from nnsmith_cov.campaign.worker_handle import WorkerFault, WorkerHandle
     from nnsmith_cov.gen.generator import GenerationError, generate
 
-    meta = read_internal(path)
     stage = meta["stage"]
     if stage in ("propose", "observe"):
         raise InternalReplayError(

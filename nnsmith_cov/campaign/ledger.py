@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from nnsmith_cov.bounded_read import loads_json, read_json
 from nnsmith_cov.campaign.internal import SYMPTOM, InternalError, is_internal, write_internal_bundle
 from nnsmith_cov.campaign.run_dir import RunDir
 from nnsmith_cov.campaign.run_stats import RunStats
@@ -315,7 +316,7 @@ class Ledger:
         before = self.store.run_stats()
         if before is None:  # a corpus from before the counters were committed with each test
             try:
-                before = json.loads((self.run.root / "stats.json").read_text())
+                before = read_json(self.run.root / "stats.json")
             except (OSError, ValueError):
                 before = {}
         if isinstance(before, dict):
@@ -357,7 +358,7 @@ class Ledger:
         ):
             path = self.run.root / name
             try:
-                have = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+                have = [loads_json(line, str(path)) for line in path.read_text().splitlines() if line.strip()]
             except FileNotFoundError:
                 have = []
             except (OSError, ValueError):
