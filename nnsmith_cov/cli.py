@@ -631,7 +631,7 @@ def _stats_written(fuzzer, failure: list[BaseException]) -> bool:
 
 def _supported_ops(args: argparse.Namespace, worker, ops, console) -> tuple[list, list]:
     """The ops narrowed to what every backend accepts (refusals out), and the probe's crashes."""
-    from nnsmith_cov.backends.op_support import (
+    from nnsmith_cov.campaign.op_support import (
         SupportError,
         default_cache_dir,
         load_or_probe,

@@ -43,7 +43,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from nnsmith_cov.backends.op_support import default_cache_dir, load_or_probe, restrict_ops
+from nnsmith_cov.campaign.op_support import default_cache_dir, load_or_probe, restrict_ops
 from nnsmith_cov.campaign.protocol import decode_arrays, encode_arrays
 from nnsmith_cov.campaign.worker_handle import WorkerHandle
 from nnsmith_cov.coverage.collector import PASS_FILTERS

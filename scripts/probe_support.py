@@ -13,7 +13,7 @@ import collections
 import time
 from pathlib import Path
 
-from nnsmith_cov.backends.op_support import default_cache_dir, load_or_probe, probe_crashes, summary_rows
+from nnsmith_cov.campaign.op_support import default_cache_dir, load_or_probe, probe_crashes, summary_rows
 from nnsmith_cov.campaign.worker_handle import WorkerHandle
 from nnsmith_cov.ops import ALL_OPS
 from nnsmith_cov.oracle.signature import normalize

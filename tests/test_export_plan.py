@@ -11,7 +11,7 @@ import pytest
 
 from nnsmith_cov.abstract.dtype import DType
 from nnsmith_cov.abstract.op import MAX_OPSET, MIN_OPSET
-from nnsmith_cov.backends.op_support import probe_graph, sig_key
+from nnsmith_cov.campaign.op_support import probe_graph, sig_key
 from nnsmith_cov.coverage.covmap import Novelty
 from nnsmith_cov.feedback import Proposal, Scheduler
 from nnsmith_cov.feedback.simulate import run

@@ -20,7 +20,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from nnsmith_cov.abstract.dtype import DType
-from nnsmith_cov.backends.op_support import probe_graph, sig_key
+from nnsmith_cov.campaign.op_support import probe_graph, sig_key
 from nnsmith_cov.gen.generator import GenConfig, GenerationError, generate
 from nnsmith_cov.materialize.model_dir import materialize_and_export
 from nnsmith_cov.materialize.validate import check_agreement

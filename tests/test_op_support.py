@@ -7,7 +7,7 @@ import json
 import pytest
 
 from nnsmith_cov.abstract.dtype import DType
-from nnsmith_cov.backends.op_support import (
+from nnsmith_cov.campaign.op_support import (
     SUPPORT_SCHEMA,
     Outcome,
     SupportError,

@@ -10,6 +10,12 @@ from nnsmith_cov.gen.graph_ir import GraphIR
 
 SYMPTOMS = ("crash", "hang", "inconsistency")
 
+# What a finding most likely is, for triage: a defect of the compiler under test, a suspect
+# reference (every backend agrees against PyTorch or its exporter), float rounding that the exact
+# value excuses, a mismatch that lives next to a discontinuity (Round, comparisons, ArgMax ties),
+# an operator the backend does not implement, or a fault of nnsmith-cov itself.
+CLASSES = ("bug", "reference", "precision", "discontinuity", "unsupported", "ours")
+
 
 @dataclass
 class Finding:
@@ -25,6 +31,8 @@ class Finding:
     # Where O0 puts the fault: "optimization" (O0 is right), "conversion" (O0 fails too)
     localized: str | None = None
     actual: dict[str, np.ndarray] = field(default_factory=dict)  # outputs, for inconsistencies
+    category: str = "bug"  # one of CLASSES
+    rule: str = ""  # which rule set `category`, e.g. "consensus: ort and tvm agree against torch"
 
     def kind(self) -> str:
         return f"{self.symptom}/{self.stage}"
@@ -38,6 +46,8 @@ class Finding:
             "opt": self.opt,
             "localized": self.localized,
             "signature": self.signature,
+            "category": self.category,
+            "rule": self.rule,
         }
 
 
