@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""LpPool2d window sums: PyTorch's average pool against prefix sums (`ops.nn.window_sums`).
+"""LpPool2d window sums: PyTorch's average pool against prefix sums (`ops.pool.window_sums`).
 
 Prints, for window shapes the generator draws (the first from a 30-node benchmark
 graph), the forward and the forward + backward time of both ways and which one
@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from nnsmith_cov.ops import nn
+from nnsmith_cov.ops import pool
 
 # (input shape, kernel, stride, padding, dtype)
 CASES = [
@@ -38,7 +38,7 @@ def _ms(fn, reps: int) -> float:
 def time_case(shape: tuple[int, ...], k, s, pad, dtype: torch.dtype, reps: int) -> list[float]:
     """Forward of the pool, forward of the prefix sums, then both with a backward pass (ms)."""
     x = (torch.rand(shape, dtype=torch.float64) * 9).to(dtype).requires_grad_(True)
-    ways = [lambda: nn.window_sums(x, k, s, pad, prefix=False), lambda: nn.window_sums(x, k, s, pad, prefix=True)]
+    ways = [lambda: pool.window_sums(x, k, s, pad, prefix=False), lambda: pool.window_sums(x, k, s, pad, prefix=True)]
     with torch.no_grad():
         fwd = [_ms(f, reps) for f in ways]
     return fwd + [_ms(lambda f=f: f().sum().backward(), reps) for f in ways]
@@ -53,7 +53,7 @@ def main() -> None:
     print(f"{'input':<18} {'kernel':<10} {'dtype':<8}" + "".join(f"{h:>12}" for h in heads) + "  picks")
     for shape, k, s, pad, dtype in CASES:
         ms = time_case(shape, k, s, pad, dtype, args.reps)
-        picks = "prefix" if nn.prefix_sums_pay(shape[-2:], k, s, pad) else "pool"
+        picks = "prefix" if pool.prefix_sums_pay(shape[-2:], k, s, pad) else "pool"
         row = f"{str(shape):<18} {str(k):<10} {str(dtype)[6:]:<8}" + "".join(f"{t:>10.3f}ms" for t in ms)
         print(row + f"  {picks}")
 

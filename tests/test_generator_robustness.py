@@ -25,7 +25,7 @@ from nnsmith_cov.feedback.scheduler import Scheduler
 from nnsmith_cov.gen.generator import GenConfig, Generated, GenerationError, GenRecord, generate
 from nnsmith_cov.gen.graph_ir import GraphIR
 from nnsmith_cov.ops import ALL_OPS
-from nnsmith_cov.ops.nn import AvgPool2d
+from nnsmith_cov.ops.pool import AvgPool2d
 
 OPSETS = tuple(range(11, 21))
 

@@ -24,7 +24,7 @@ from nnsmith_cov.campaign.op_support import probe_graph, sig_key
 from nnsmith_cov.gen.generator import GenConfig, GenerationError, generate
 from nnsmith_cov.materialize.model_dir import materialize_and_export
 from nnsmith_cov.materialize.validate import check_agreement
-from nnsmith_cov.ops import ALL_OPS, nn, op_by_name
+from nnsmith_cov.ops import ALL_OPS, op_by_name, pool
 from nnsmith_cov.search.sampling import sample_values
 
 SEEDS = range(10)
@@ -173,7 +173,7 @@ def test_lp_pool_window_sums_are_the_window_sums_rounded_once(shape, window, dty
     rng = torch.Generator().manual_seed(sum(shape))
     x = (torch.rand(2, 3, *shape, generator=rng, dtype=torch.float64) * 9).to(dtype)
     exact = F.avg_pool2d(x.double(), (kh, kw), (sh, sw), pad, divisor_override=1)
-    got = nn.window_sums(x, (kh, kw), (sh, sw), pad, prefix=prefix or None)
+    got = pool.window_sums(x, (kh, kw), (sh, sw), pad, prefix=prefix or None)
     assert got.dtype == dtype and got.shape == exact.shape
     if dtype == torch.float64:  # up to float64's rounding of the running totals
         assert torch.allclose(got, exact, rtol=0, atol=1e-14 * float(x.abs().sum()))
@@ -184,11 +184,11 @@ def test_lp_pool_window_sums_are_the_window_sums_rounded_once(shape, window, dty
 
 
 def test_lp_pool_takes_prefix_sums_only_where_windows_overlap_much(monkeypatch):
-    assert nn.prefix_sums_pay((30, 94), (22, 84), (1, 2), (11, 42))  # 26,784 windows of 1,848
-    assert not nn.prefix_sums_pay((8, 8), (2, 2), (2, 2), (0, 0))  # 16 windows of 4, no overlap
+    assert pool.prefix_sums_pay((30, 94), (22, 84), (1, 2), (11, 42))  # 26,784 windows of 1,848
+    assert not pool.prefix_sums_pay((8, 8), (2, 2), (2, 2), (0, 0))  # 16 windows of 4, no overlap
     calls = []
-    monkeypatch.setattr(nn.F, "avg_pool2d", lambda *a, **k: calls.append(a[1]) or torch.zeros(1, 1, 1, 1))
-    nn.window_sums(torch.rand(1, 1, 30, 94), (22, 84), (1, 2), (11, 42))
+    monkeypatch.setattr(pool.F, "avg_pool2d", lambda *a, **k: calls.append(a[1]) or torch.zeros(1, 1, 1, 1))
+    pool.window_sums(torch.rand(1, 1, 30, 94), (22, 84), (1, 2), (11, 42))
     assert calls == []
-    nn.window_sums(torch.rand(1, 1, 8, 8), (2, 2), (2, 2), (0, 0))
+    pool.window_sums(torch.rand(1, 1, 8, 8), (2, 2), (2, 2), (0, 0))
     assert calls == [(2, 2)]

@@ -20,6 +20,7 @@ import z3
 
 from nnsmith_cov.abstract.choice import ChoiceSource
 from nnsmith_cov.abstract.dtype import DType
+from nnsmith_cov.abstract.op_facts import Domain, Elements, Monotone, ValueMap
 from nnsmith_cov.abstract.symbols import int_sym
 from nnsmith_cov.abstract.tensor import AbsTensor, Dim
 
@@ -100,6 +101,36 @@ class OpSpec:
     FORM_DRAW: ClassVar[str] = ""
     out_rank: int | None = None  # set by backward insertion before `setup`; None when forward
 
+    # -- facts for the analyses that read graphs (kinds in abstract.op_facts) ----------------
+    # Where its output elements come from: the range analysis passes a value's bounds (and,
+    # for ALL, a domain learned of the output) through such ops unchanged.
+    elements: ClassVar[Elements] = Elements.COMPUTED
+    # How its output moves with its inputs, element by element (per-element bounds run
+    # through it); `monotone_for` where attributes decide.
+    monotone: ClassVar[Monotone] = Monotone.NONE
+    # Each output element is the op of the input elements at its position (after
+    # broadcasting): the range analysis evaluates it exactly on small value sets.
+    pointwise: ClassVar[bool] = False
+    # For unary ops that are one fixed function of each element: that function.
+    value_map: ClassVar[ValueMap | None] = None
+    # Per input, where its elements lie in every valid execution (None: anywhere); the range
+    # analysis narrows the values feeding a vulnerable op to these.
+    input_domains: ClassVar[tuple[Domain | None, ...]] = ()
+    # For a unary op one-to-one on the reals and flat nowhere in floats near the value (not
+    # Tanh: it reaches its limits exactly on half-lines): the one input giving an output
+    # value, or None where that value has no such input.
+    inverse: ClassVar[Callable[[float], float | None] | None] = None
+    # Vulnerable ops the value search repairs first, lowest first (narrow domains: Asin's
+    # [-1, 1] before Div's non-zero divisor); None: after those.
+    narrow_rank: ClassVar[int | None] = None
+    # Inputs holding positions into another input: they steer the op but carry no gradient.
+    index_inputs: ClassVar[tuple[int, ...]] = ()
+    # Slow in float16 on CPU (convolutions, matrix products): the search computes it in float32.
+    slow_in_f16: ClassVar[bool] = False
+    # `forward` with the gradients the value search needs where `forward` cuts them, used
+    # while it records gradients, with or without proxy derivatives (same values).
+    search_forward: ClassVar[Callable[..., Any] | None] = None
+
     def __init__(self, uid: int) -> None:
         self.uid = uid
         self.sym: dict[str, z3.ArithRef] = {}
@@ -125,6 +156,11 @@ class OpSpec:
     def opset_floor(cls, dtype: DType) -> int:
         """The lowest opset an instance whose first input has `dtype` can be exported at."""
         return max(cls.min_opset, cls.min_opset_for.get(dtype, cls.min_opset))
+
+    @classmethod
+    def monotone_for(cls, a: Attrs) -> Monotone:
+        """`monotone` for an instance with attributes `a` (ops whose attributes decide override)."""
+        return cls.monotone
 
     def new_attr(self, name: str, kind: AttrKind = AttrKind.SIZE) -> z3.ArithRef:
         """A fresh symbolic attribute; specs with rank-dependent attrs call it in `setup`."""
@@ -262,6 +298,7 @@ class Broadcast(OpSpec):
     """
 
     in_ranks = (ANY_RANK, ANY_RANK)
+    pointwise = True
 
     def type_transfer(self, x: list[AbsTensor]) -> list[AbsTensor]:
         rank = max(t.rank for t in x)

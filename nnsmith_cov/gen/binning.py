@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import z3
-
-from nnsmith_cov.abstract.choice import ChoiceSource
+from nnsmith_cov.abstract.bins import bin_range, draw_bin, n_bins
 from nnsmith_cov.abstract.op import AttrKind
+
+# Drawing a bin lives in abstract.bins (specs draw bins too); named here for the generator.
+__all__ = ["BinChoice", "bin_range", "draw_bin", "n_bins", "weights_for"]
 
 
 @dataclass
@@ -21,44 +21,6 @@ class BinChoice:
     kind: str
     bin: int  # 0 = the zero bin; negative = mirrored bins of SIGNED attributes
     kept: bool = True
-
-
-def n_bins(kind: AttrKind, k: int) -> int:
-    """How many bins a kind draws from: SIZE 1..k, PAD 0..k, SIGNED -k..k."""
-    return {AttrKind.SIZE: k, AttrKind.PAD: k + 1, AttrKind.SIGNED: 2 * k + 1}[kind]
-
-
-def bin_range(draw: ChoiceSource, i: int, k: int) -> tuple[int, int | None]:
-    """SampleFromBin: a sub-range of [2^(i-1), 2^i); the last bin is open."""
-    if i == k:
-        return 2 ** (k - 1), None
-    b, t = sorted((draw.uniform("bin_lo", i - 1, i), draw.uniform("bin_hi", i - 1, i)))
-    return math.floor(2**b), math.floor(2**t)
-
-
-def draw_bin(
-    draw: ChoiceSource,
-    sym: z3.ArithRef,
-    kind: AttrKind,
-    k: int,
-    weights: Sequence[float] | None,
-) -> tuple[int, z3.BoolRef]:
-    """Pick a bin for one attribute and return (bin id, its constraint)."""
-    idx = draw.index(f"bin.{kind.value}", n_bins(kind, k), weights)
-    if kind is AttrKind.SIZE:
-        i, sign = idx + 1, 1
-    elif kind is AttrKind.PAD:
-        i, sign = idx, 1
-    else:
-        i, sign = abs(idx - k), (1 if idx >= k else -1)
-    if i == 0:
-        return 0, sym == 0
-    lo, hi = bin_range(draw, i, k)
-    if sign > 0:
-        cons = sym >= lo if hi is None else z3.And(sym >= lo, sym <= hi)
-    else:
-        cons = sym <= -lo if hi is None else z3.And(sym <= -lo, sym >= -hi)
-    return sign * i, cons
 
 
 def weights_for(bin_weights: Mapping[str, Sequence[float]] | None, kind: AttrKind, k: int) -> Sequence[float] | None:

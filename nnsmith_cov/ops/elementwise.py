@@ -1,18 +1,19 @@
-"""Elementwise operators: unary math, casts, clipping, broadcasting binary ops (arithmetic,
-comparisons, logic, bitwise), Where."""
+"""Unary elementwise operators: math, activations, casts, clipping, tests for NaN/Inf (the
+broadcasting binary ones: `ops.binary`)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 
 from nnsmith_cov.abstract import numeric as num
 from nnsmith_cov.abstract.choice import ChoiceSource
-from nnsmith_cov.abstract.dtype import ALL, FLOATS, INTS, NUMERIC, SIGNED_INTS, DType
-from nnsmith_cov.abstract.op import ANY_RANK, MAX_RANK, Attrs, Broadcast, Elementwise, OpSpec, Sig, Slot, into, same
+from nnsmith_cov.abstract.dtype import ALL, FLOATS, INTS, SIGNED_INTS, DType
+from nnsmith_cov.abstract.op import ANY_RANK, MAX_RANK, Attrs, Elementwise, OpSpec, Sig, Slot, into, same
+from nnsmith_cov.abstract.op_facts import Domain, Monotone, ValueMap
 from nnsmith_cov.abstract.tensor import AbsTensor
 from nnsmith_cov.ops.onnx_node import as_node, integers
 
@@ -20,137 +21,208 @@ from nnsmith_cov.ops.onnx_node import as_node, integers
 
 
 class UnaryFloat(Elementwise):
+    pointwise = True
     sigs = same(FLOATS)
 
 
 class Relu(UnaryFloat):
+    value_map = ValueMap()
+    monotone = Monotone.MOVES
     torch_fn = torch.relu
     proxy_fn = num.relu
 
 
 class LeakyRelu(UnaryFloat):
+    value_map = ValueMap()
+    monotone = Monotone.RISING
     torch_fn = F.leaky_relu
 
 
 class Gelu(UnaryFloat):
+    value_map = ValueMap(dips=((-0.7517916, -0.1699702),))
     torch_fn = F.gelu
 
 
 class Elu(UnaryFloat):
+    value_map = ValueMap()
+    monotone = Monotone.RISING
     torch_fn = F.elu
 
 
 class Selu(UnaryFloat):
+    value_map = ValueMap()
+    monotone = Monotone.RISING
     torch_fn = F.selu
 
 
 class HardSigmoid(UnaryFloat):
+    value_map = ValueMap()
+    monotone = Monotone.RISING
     torch_fn = F.hardsigmoid
     proxy_fn = num.hardsigmoid
 
 
 class HardSwish(UnaryFloat):
+    value_map = ValueMap(dips=((-1.5, -0.375),))
     torch_fn = F.hardswish
     proxy_fn = num.hardswish
 
 
 class Softsign(UnaryFloat):
+    inverse = staticmethod(lambda b: b / (1 - abs(b)) if abs(b) < 0.99 else None)
+    value_map = ValueMap()
+    monotone = Monotone.RISING
     torch_fn = F.softsign
 
 
 class Sigmoid(UnaryFloat):
+    value_map = ValueMap()
+    monotone = Monotone.RISING
     torch_fn = torch.sigmoid
 
 
 class Tanh(UnaryFloat):
+    value_map = ValueMap()
+    monotone = Monotone.RISING
     torch_fn = torch.tanh
 
 
 class Sin(UnaryFloat):
+    value_map = ValueMap()
     torch_fn = torch.sin
 
 
 class Cos(UnaryFloat):
+    value_map = ValueMap()
     torch_fn = torch.cos
 
 
 class Atan(UnaryFloat):
+    inverse = staticmethod(lambda b: math.tan(b) if abs(b) < 1.5 else None)
+    value_map = ValueMap()
+    monotone = Monotone.RISING
     torch_fn = torch.atan
 
 
 class Erf(UnaryFloat):
+    value_map = ValueMap()
+    monotone = Monotone.RISING
     torch_fn = torch.erf
 
 
 class Floor(UnaryFloat):
+    value_map = ValueMap(whole=True)
+    monotone = Monotone.MOVES
     torch_fn = torch.floor
     proxy_fn = num.floor
 
 
 class Ceil(UnaryFloat):
+    value_map = ValueMap(whole=True)
+    monotone = Monotone.MOVES
     torch_fn = torch.ceil
     proxy_fn = num.ceil
 
 
 class Round(UnaryFloat):
+    value_map = ValueMap(whole=True)
+    monotone = Monotone.MOVES
     torch_fn = torch.round
     proxy_fn = num.round
 
 
 class Sign(UnaryFloat):
+    value_map = ValueMap(whole=True)
+    monotone = Monotone.MOVES
     torch_fn = torch.sign
     proxy_fn = num.sign
 
 
 class Asin(UnaryFloat):
+    inverse = staticmethod(lambda b: math.sin(b) if abs(b) <= math.pi / 2 else None)
+    value_map = ValueMap()
+    monotone = Monotone.RISING
+    input_domains = (Domain(-1.0, 1.0),)
+    narrow_rank = 0
     vulnerable = True
     torch_fn = torch.asin
     domain = staticmethod(lambda a, x: [num.le0(x.abs() - 1)])
 
 
 class Acos(UnaryFloat):
+    inverse = staticmethod(lambda b: math.cos(b) if 0 <= b <= math.pi else None)
+    value_map = ValueMap()
+    monotone = Monotone.FALLING
+    input_domains = (Domain(-1.0, 1.0),)
+    narrow_rank = 0
     vulnerable = True
     torch_fn = torch.acos
     domain = staticmethod(lambda a, x: [num.le0(x.abs() - 1)])
 
 
 class Exp(UnaryFloat):
+    inverse = staticmethod(lambda b: math.log(b) if 1e-30 < b < 1e30 else None)
+    value_map = ValueMap()
+    monotone = Monotone.RISING
     vulnerable = True
     torch_fn = torch.exp
     domain = staticmethod(lambda a, x: [num.le0(x - num.log_max(x.dtype))])
 
 
 class Log(UnaryFloat):
+    inverse = staticmethod(lambda b: math.exp(b) if abs(b) < 60 else None)
+    value_map = ValueMap()
+    monotone = Monotone.RISING
+    input_domains = (Domain(0.0, math.inf, lo_open=True),)
+    narrow_rank = 1
     vulnerable = True
     torch_fn = torch.log
     domain = staticmethod(lambda a, x: [num.lt0(-x)])
 
 
 class Log2(UnaryFloat):
+    inverse = staticmethod(lambda b: 2.0**b if abs(b) < 60 else None)
+    value_map = ValueMap()
+    monotone = Monotone.RISING
+    input_domains = (Domain(0.0, math.inf, lo_open=True),)
+    narrow_rank = 1
     vulnerable = True
     torch_fn = torch.log2
     domain = staticmethod(lambda a, x: [num.lt0(-x)])
 
 
 class Sqrt(UnaryFloat):
+    inverse = staticmethod(lambda b: b * b if b >= 0 else None)
+    value_map = ValueMap()
+    monotone = Monotone.RISING
+    input_domains = (Domain(0.0, math.inf),)
+    narrow_rank = 2
     vulnerable = True
     torch_fn = torch.sqrt
     domain = staticmethod(lambda a, x: [num.le0(-x)])
 
 
 class Reciprocal(UnaryFloat):
+    inverse = staticmethod(lambda b: 1 / b if b != 0 else None)
+    # Pointwise, but the range analysis has never evaluated it on value sets: declaring it
+    # would change which graphs the generator drops.
+    pointwise = False
+    input_domains = (Domain(-math.inf, math.inf, nonzero=True),)
+    narrow_rank = 4
     vulnerable = True
     torch_fn = torch.reciprocal
     domain = staticmethod(lambda a, x: [num.lt0(num.tiny(x.dtype) - num.magnitude(x))])
 
 
 class Softplus(UnaryFloat):
+    monotone = Monotone.RISING
     torch_fn = F.softplus  # beta 1: one ONNX Softplus (other betas scale around it)
 
 
 class Mish(UnaryFloat):
     """The exporter decomposes F.mish into Softplus, Tanh and Mul: exported as ONNX Mish."""
 
+    value_map = ValueMap(F.mish, dips=((-1.192431, -0.3088435),))
     min_opset = 18
 
     @staticmethod
@@ -161,12 +233,16 @@ class Mish(UnaryFloat):
 class Asinh(UnaryFloat):
     """Exported as ONNX Asinh, for which the exporter has no symbolic."""
 
+    monotone = Monotone.RISING
+
     @staticmethod
     def forward(a: Attrs, x: torch.Tensor) -> torch.Tensor:
         return as_node(torch.asinh, "Asinh", [x])
 
 
 class Celu(Elementwise):
+    pointwise = True
+    monotone = Monotone.RISING
     # ONNX Celu takes float32 only: the exporter casts float64 around it but makes an
     # invalid model of float16. (TVM has no Celu converter; its probe drops it there.)
     sigs = same((DType.float32, DType.float64))
@@ -189,11 +265,18 @@ class ThresholdedRelu(Elementwise):
     """x where x > alpha, else 0 (F.threshold); exported as ONNX ThresholdedRelu, since the
     exporter refuses a non-zero threshold."""
 
+    pointwise = True
+    monotone = Monotone.RISING
     sigs = same(FLOATS)
     _ALPHAS = (-0.5, 0.0, 0.5, 1.0, 2.0)
 
     def setup(self, draw: ChoiceSource, ins: list[Slot]) -> None:
         self.params["alpha"] = draw.choice("thresholded_relu.alpha", self._ALPHAS)
+
+    @classmethod
+    def monotone_for(cls, a: Attrs) -> Monotone:
+        # Below a negative threshold it lifts x to 0: rising only for a threshold >= 0.
+        return cls.monotone if a.alpha >= 0 else Monotone.NONE
 
     @staticmethod
     def forward(a: Attrs, x: torch.Tensor) -> torch.Tensor:
@@ -210,6 +293,8 @@ class Shrink(Elementwise):
     """F.hardshrink or F.softshrink: 0 within [-lambd, lambd]; outside, x or x moved towards 0
     by lambd. The exporter decomposes both into Where; exported as ONNX Shrink (bias 0 or lambd)."""
 
+    pointwise = True
+    monotone = Monotone.RISING
     sigs = same(FLOATS)
     _LAMBDS = (0.25, 0.5, 1.0, 2.0)
 
@@ -233,27 +318,37 @@ class Shrink(Elementwise):
 
 
 class IsNaN(Elementwise):
+    pointwise = True
     sigs = into(FLOATS, DType.bool)
     torch_fn = torch.isnan
 
 
 class IsInf(Elementwise):
+    pointwise = True
     sigs = into(FLOATS, DType.bool)
     torch_fn = torch.isinf
 
 
 class Abs(Elementwise):
+    inverse = staticmethod(lambda b: 0.0 if b == 0 else None)  # one-to-one at 0 only
+    pointwise = True
+    value_map = ValueMap()
     sigs = same(FLOATS + SIGNED_INTS)
     torch_fn = torch.abs
     proxy_fn = num.absolute
 
 
 class Neg(Elementwise):
+    inverse = staticmethod(lambda b: -b)
+    pointwise = True
+    value_map = ValueMap()
+    monotone = Monotone.FALLING
     sigs = same(FLOATS + SIGNED_INTS)
     torch_fn = torch.neg
 
 
 class Not(Elementwise):
+    pointwise = True
     sigs = same([DType.bool])
     torch_fn = torch.logical_not
 
@@ -261,6 +356,7 @@ class Not(Elementwise):
 class BitwiseNot(Elementwise):
     """Exported as ONNX BitwiseNot: the exporter takes bitwise_not of booleans only."""
 
+    pointwise = True
     sigs = same(INTS)
     min_opset = 18
 
@@ -277,6 +373,8 @@ class Clip(Elementwise):
     an empty input name). Graphs stored before the form was drawn are "both".
     """
 
+    pointwise = True
+    monotone = Monotone.MOVES
     sigs = same(FLOATS)
     _BOUNDS = (-2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0)
     FORMS = ("both", "min", "max")
@@ -301,6 +399,7 @@ class _Cast(Elementwise):
     """Casts from floats are vulnerable: out-of-range values overflow a narrower
     float to Inf and make a float-to-int conversion undefined."""
 
+    pointwise = True
     vulnerable = True
     target: DType
 
@@ -362,154 +461,45 @@ class TypeAs(OpSpec):
         return as_node(lambda t, _: t.to(a.out_types[0].dtype.torch), "CastLike", [x, like])
 
 
-# -- binary (broadcasting) -----------------------------------------------------------
-
-
-class Add(Broadcast):
-    sigs = same(NUMERIC, 2)
-    torch_fn = torch.add
-
-
-class Sub(Broadcast):
-    sigs = same(NUMERIC, 2)
-    torch_fn = torch.sub
-
-
-class Mul(Broadcast):
-    sigs = same(NUMERIC, 2)
-    torch_fn = torch.mul
-
-
-class Div(Broadcast):
-    vulnerable = True
-    sigs = same(FLOATS, 2)
-    torch_fn = torch.div
-
-    @staticmethod
-    def domain(a: Attrs, x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
-        # |y| away from 0, and log|x| - log|y| small enough for the quotient to fit.
-        return [num.lt0(num.tiny(y.dtype) - num.magnitude(y)), num.le0(num.log_ratio(x, y) - num.log_max(x.dtype))]
-
-
-class Pow(Broadcast):
-    vulnerable = True
-    sigs = same(FLOATS, 2)
-    torch_fn = torch.pow
-
-    @staticmethod
-    def domain(a: Attrs, x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
-        # x > 0 (fractional exponents), and y * log(x) bounded (the log, not the power, so the loss stays finite).
-        return [num.lt0(-x), num.le0(y.double() * torch.log(x.double()) - num.log_max(x.dtype))]
-
-
-class Max(Broadcast):
-    sigs = same(NUMERIC, 2)
-    torch_fn = torch.maximum
-
-
-class Min(Broadcast):
-    sigs = same(NUMERIC, 2)
-    torch_fn = torch.minimum
-
-
-class Equal(Broadcast):
-    sigs = into(ALL, DType.bool, 2)
-    torch_fn = torch.eq
-
-
-class Greater(Broadcast):
-    sigs = into(NUMERIC, DType.bool, 2)
-    torch_fn = torch.gt
-
-
-class Less(Broadcast):
-    sigs = into(NUMERIC, DType.bool, 2)
-    torch_fn = torch.lt
-
-
-class GreaterEqual(Broadcast):
-    sigs = into(NUMERIC, DType.bool, 2)
-    torch_fn = torch.ge
-
-
-class LessEqual(Broadcast):
-    sigs = into(NUMERIC, DType.bool, 2)
-    torch_fn = torch.le
-
-
-class And(Broadcast):
-    sigs = same([DType.bool], 2)
-    torch_fn = torch.logical_and
-
-
-class Or(Broadcast):
-    sigs = same([DType.bool], 2)
-    torch_fn = torch.logical_or
-
-
-class Xor(Broadcast):
-    sigs = same([DType.bool], 2)
-    torch_fn = torch.logical_xor
-
-
-class BitwiseAnd(Broadcast):
-    sigs = same(INTS, 2)
-    min_opset = 18  # below, the exporter takes bitwise_and of booleans only
-
-    @staticmethod
-    def forward(a: Attrs, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return torch.bitwise_and(*integers(x, y))
-
-
-class _BitwiseNode(Broadcast):
-    """`torch_fn` exported as the ONNX node `onnx_op`: the exporter takes it of booleans only."""
-
-    sigs = same(INTS, 2)
-    min_opset = 18
-    onnx_op: ClassVar[str]
-
-    @classmethod
-    def forward(cls, a: Attrs, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return as_node(cls.torch_fn, cls.onnx_op, integers(x, y))
-
-
-class BitwiseOr(_BitwiseNode):
-    torch_fn, onnx_op = torch.bitwise_or, "BitwiseOr"
-
-
-class BitwiseXor(_BitwiseNode):
-    torch_fn, onnx_op = torch.bitwise_xor, "BitwiseXor"
-
-
-class BitShift(Broadcast):
-    """x << (y % 8) or x >> (y % 8) on uint8 (ONNX BitShift; the exporter lowers other integer
-    shifts to Pow and Mul/Div). Shifts are wrapped below the width, where every backend agrees."""
-
-    sigs = same([DType.uint8], 2)
-
-    def setup(self, draw: ChoiceSource, ins: list[Slot]) -> None:
-        self.params["left"] = draw.coin("bitshift.left")
-
-    @staticmethod
-    def forward(a: Attrs, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        x, y = integers(x, y)
-        shift = torch.bitwise_left_shift if a.left else torch.bitwise_right_shift
-        return shift(x, torch.remainder(y, 8))
-
-
-class Where(Broadcast):
-    """where(cond, x, y) with 3-way broadcasting."""
-
-    in_ranks = (ANY_RANK, ANY_RANK, ANY_RANK)
-    sigs = [((DType.bool, d, d), (d,)) for d in ALL]
-    torch_fn = torch.where
-
-
 OPS = (
-    Relu, LeakyRelu, Gelu, Elu, Selu, HardSigmoid, HardSwish, Softsign, Sigmoid, Tanh,
-    Sin, Cos, Atan, Erf, Floor, Ceil, Round, Sign, Asin, Acos, Exp, Log, Log2, Sqrt,
-    Reciprocal, Abs, Neg, Not, Clip, *CASTS,
-    Add, Sub, Mul, Div, Pow, Max, Min, Equal, Greater, Less, And, Or, Xor, Where,
-    Softplus, Mish, Asinh, Celu, ThresholdedRelu, Shrink, IsNaN, IsInf, BitwiseNot, TypeAs,
-    GreaterEqual, LessEqual, BitwiseAnd, BitwiseOr, BitwiseXor, BitShift,
-)  # fmt: skip
+    Relu,
+    LeakyRelu,
+    Gelu,
+    Elu,
+    Selu,
+    HardSigmoid,
+    HardSwish,
+    Softsign,
+    Sigmoid,
+    Tanh,
+    Sin,
+    Cos,
+    Atan,
+    Erf,
+    Floor,
+    Ceil,
+    Round,
+    Sign,
+    Asin,
+    Acos,
+    Exp,
+    Log,
+    Log2,
+    Sqrt,
+    Reciprocal,
+    Abs,
+    Neg,
+    Not,
+    Clip,
+    *CASTS,
+    Softplus,
+    Mish,
+    Asinh,
+    Celu,
+    ThresholdedRelu,
+    Shrink,
+    IsNaN,
+    IsInf,
+    BitwiseNot,
+    TypeAs,
+)

@@ -22,6 +22,7 @@ from nnsmith_cov.abstract.choice import ChoiceSource
 from nnsmith_cov.abstract.dtype import ALL, NUMERIC, DType
 from nnsmith_cov.abstract.layout import RankChanging, lowered, mixed_ranks
 from nnsmith_cov.abstract.op import MAX_RANK, NONSCALAR, AttrKind, Attrs, OpSpec, Slot
+from nnsmith_cov.abstract.op_facts import Elements
 from nnsmith_cov.abstract.symbols import context
 from nnsmith_cov.abstract.tensor import AbsTensor
 from nnsmith_cov.ops.onnx_node import as_node, positions
@@ -32,6 +33,8 @@ from nnsmith_cov.ops.onnx_node import as_node, positions
 class GatherElements(OpSpec):
     """torch.gather(x, axis, index % x.shape[axis]); index dims fit in x's off the axis."""
 
+    elements = Elements.SOME
+    index_inputs = (1,)
     sigs = [((d, DType.int64), (d,)) for d in ALL]
     in_ranks = (NONSCALAR, NONSCALAR)
 
@@ -59,6 +62,8 @@ class IndexSelect(RankChanging):
     0 or 1 are too rare in generated graphs for forward insertion to find one.
     """
 
+    elements = Elements.SOME
+    index_inputs = (1,)
     sigs = [((d, DType.int64), (d,)) for d in ALL]
     in_ranks = (NONSCALAR, (0, 1))
     param_inputs = (1,)

@@ -13,6 +13,7 @@ from nnsmith_cov.abstract import numeric as num
 from nnsmith_cov.abstract.choice import ChoiceSource
 from nnsmith_cov.abstract.dtype import DType
 from nnsmith_cov.abstract.op import NONSCALAR, Attrs, Elementwise, Slot, same
+from nnsmith_cov.abstract.op_facts import Monotone
 
 # Powers of two: torch multiplies by 1 / scale where ONNX divides by scale, which rounds
 # differently (a whole quantum apart at a tie) unless the scale is a power of two.
@@ -23,6 +24,8 @@ _RANGES = ((0, 255), (-128, 127), (0, 127))
 class FakeQuantize(Elementwise):
     """torch.fake_quantize_per_tensor_affine with a drawn scale, range and zero point."""
 
+    pointwise = True
+    monotone = Monotone.RISING
     sigs = same([DType.float32])
 
     def setup(self, draw: ChoiceSource, ins: list[Slot]) -> None:
@@ -48,6 +51,9 @@ class FakeQuantizePerChannel(FakeQuantize):
     derived from the drawn ones: scale * 2 ** (c % 3), zero + 37 * c wrapped into the range.
     """
 
+    # Each channel rises, but by its own map: the range analysis takes it apart (`per_channel`).
+    pointwise = False
+    monotone = Monotone.NONE
     in_ranks = (NONSCALAR,)
     min_opset = 13
 

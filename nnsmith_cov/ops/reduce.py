@@ -8,11 +8,13 @@ import torch
 from nnsmith_cov.abstract import numeric as num
 from nnsmith_cov.abstract.dtype import ALL, FLOATS, NUMERIC, DType
 from nnsmith_cov.abstract.op import Attrs, into, same
+from nnsmith_cov.abstract.op_facts import Elements, Monotone
 from nnsmith_cov.abstract.reduce_meta import ArgReduce, Reduce
 from nnsmith_cov.ops.onnx_node import as_node
 
 
 class ReduceSum(Reduce):
+    monotone = Monotone.RISING
     sigs = same(NUMERIC)  # dtype=x.dtype: torch would otherwise widen integer sums to int64
 
     @staticmethod
@@ -21,6 +23,7 @@ class ReduceSum(Reduce):
 
 
 class ReduceMean(Reduce):
+    monotone = Monotone.RISING
     sigs = same(FLOATS)
 
     @staticmethod
@@ -29,6 +32,8 @@ class ReduceMean(Reduce):
 
 
 class ReduceMax(Reduce):
+    elements = Elements.ONE_OF
+    monotone = Monotone.MOVES
     sigs = same(ALL)
     min_opset_for = {DType.int8: 12, DType.uint8: 12, DType.bool: 20}
 
@@ -38,6 +43,8 @@ class ReduceMax(Reduce):
 
 
 class ReduceMin(Reduce):
+    elements = Elements.ONE_OF
+    monotone = Monotone.MOVES
     sigs = same(ALL)
     min_opset_for = ReduceMax.min_opset_for
 
@@ -85,6 +92,7 @@ class ReduceLogSumExp(Reduce):
 
 
 class _VectorNorm(Reduce):
+    monotone = Monotone.MAGNITUDE
     sigs = same(FLOATS)
     ord: int
 
@@ -105,6 +113,7 @@ class ReduceSumSquare(Reduce):
     """The sum of x * x, exported as ONNX ReduceSumSquare (no torch op lowers to it). ONNX takes
     no 8-bit integers for it; dtype=x.dtype stops torch widening int32 sums."""
 
+    monotone = Monotone.MAGNITUDE
     sigs = same(FLOATS + (DType.int32, DType.int64))
     min_opset = 18  # axes as an input
 

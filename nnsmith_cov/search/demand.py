@@ -9,9 +9,11 @@ its cone only, not for a heavy ConvTranspose beside it.
 from __future__ import annotations
 
 from nnsmith_cov.gen.graph_ir import GraphIR
+from nnsmith_cov.ops import ALL_OPS
 
-# Vulnerable ops by how narrow their domains are (`SearchState`): the others come after.
-NARROW_FIRST = {"Asin": 0, "Acos": 0, "Log": 1, "Log2": 1, "Sqrt": 2, "Pow": 3, "Reciprocal": 4, "Div": 4}
+# Vulnerable ops by how narrow their domains are (the specs' `narrow_rank`, read by
+# `SearchState`): the others come after.
+NARROW_FIRST = {op.name(): op.narrow_rank for op in ALL_OPS if op.narrow_rank is not None}
 
 
 def demand_order(graph: GraphIR, first: list[int]) -> list[int]:

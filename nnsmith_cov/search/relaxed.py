@@ -58,12 +58,8 @@ from nnsmith_cov.abstract.reduce_meta import ArgReduce
 from nnsmith_cov.gen.graph_ir import GraphIR
 from nnsmith_cov.materialize.torch_module import GraphModule
 from nnsmith_cov.ops import op_by_name
-from nnsmith_cov.ops.nn import BN_EPS
 
 Shadows = dict[int, torch.Tensor]
-
-# Slow in float16 on CPU: computed in float32 while searching (see `Runner.widen`).
-WIDE_OPS = frozenset({"Conv1d", "Conv2d", "ConvTranspose1d", "ConvTranspose2d", "MatMul", "Linear"})
 
 # Float ops whose true derivative vanishes where they saturate (or dips against their
 # trend), and which carry no proxy of their own in their spec: the search runs these.
@@ -132,25 +128,6 @@ FLOAT_PROXIES |= {"Max": _pairwise(torch.maximum), "Min": _pairwise(torch.minimu
 FLOAT_PROXIES["ReduceProd"] = _product
 
 
-def _batch_norm(a: Attrs, x: torch.Tensor, mean, var, w, b) -> torch.Tensor:
-    """BatchNorm with its true derivative in the running mean and variance, which its
-    forward detaches only because the exporter refuses buffers that require grad."""
-    out = op_by_name("BatchNorm").forward(a, x, mean, var, w, b)
-    if not (mean.requires_grad or var.requires_grad):
-        return out
-    shape = [1, -1] + [1] * (x.dim() - 2)
-    mean, var, w, b = (t.reshape(shape) for t in (mean, var, w, b))
-    return num.attach(out, (x - mean) / torch.sqrt(var + BN_EPS) * w + b)
-
-
-# Ops whose forward cuts a gradient the search needs, run as these while it records
-# gradients, with or without proxy derivatives (same values).
-SEARCH_FORWARDS = {"BatchNorm": _batch_norm}
-
-# Inputs that are positions into another input: they steer the op but carry no gradient.
-INDEX_INPUTS = {"GatherElements": (1,), "IndexSelect": (1,)}
-
-
 def _is_float(t: torch.Tensor) -> bool:
     return t.is_floating_point()
 
@@ -164,7 +141,8 @@ class Runner:
         self.module = GraphModule(graph, op_by_name, start, proxy=proxy)
         self.useful = self._useful() if proxy else set()
         f16 = lambda inst: all(graph.types[v].dtype is DType.float16 for v in (*inst.inputs, *inst.outputs))
-        self.wide = frozenset(k for k, inst in enumerate(graph.insts) if inst.op in WIDE_OPS and f16(inst))
+        slow = lambda inst: op_by_name(inst.op).slow_in_f16  # noqa: E731
+        self.wide = frozenset(k for k, inst in enumerate(graph.insts) if slow(inst) and f16(inst))
         self.widen = bool(self.wide)  # those run in float32 until set False
 
     def _useful(self) -> set[int]:
@@ -173,7 +151,7 @@ class Runner:
         useful: set[int] = set()
         for inst in reversed(self.graph.insts):
             feeds = any(self.graph.types[o].dtype.is_float or o in useful for o in inst.outputs)
-            skip = INDEX_INPUTS.get(inst.op, ())
+            skip = op_by_name(inst.op).index_inputs
             for i, v in enumerate(inst.inputs):
                 if feeds and i not in skip and not self.graph.types[v].dtype.is_float:
                     useful.add(v)
@@ -192,8 +170,9 @@ class Runner:
             out = self.module.fn(k)(self.attrs(k), *(env[v].float() for v in inst.inputs)).half()
             env[inst.outputs[0]] = out
             return [out]
-        if inst.op in SEARCH_FORWARDS and torch.is_grad_enabled():  # float inputs and output only
-            out = env[inst.outputs[0]] = SEARCH_FORWARDS[inst.op](self.attrs(k), *(env[v] for v in inst.inputs))
+        search_forward = self.spec(k).search_forward
+        if search_forward is not None and torch.is_grad_enabled():  # float inputs and output only
+            out = env[inst.outputs[0]] = search_forward(self.attrs(k), *(env[v] for v in inst.inputs))
             return [out]
         if not self.proxy or not torch.is_grad_enabled():
             return self.module.run_inst(k, env)
@@ -251,7 +230,7 @@ class Runner:
             return [_where(xs, grads, outs[0])]
         if issubclass(spec, ArgReduce):
             return [_arg_reduce(spec, a, grads[0], outs[0])]
-        return _rerun(spec, a, xs, ss, outs, INDEX_INPUTS.get(name, ()))
+        return _rerun(spec, a, xs, ss, outs, spec.index_inputs)
 
 
 def _grad_view(x: torch.Tensor, shadow: torch.Tensor | None) -> torch.Tensor | None:

@@ -8,10 +8,11 @@ from dataclasses import replace
 
 import torch
 
+from nnsmith_cov.abstract.op_facts import Domain
 from nnsmith_cov.gen.feasibility.boxes import boxes
 from nnsmith_cov.gen.feasibility.exact import exact_only
 from nnsmith_cov.gen.feasibility.facts import Infeasible, Range, constant, dtype_range, point
-from nnsmith_cov.gen.feasibility.layout import KEEP_ALL, SUBSET, all_padding_window, triangle_zeros
+from nnsmith_cov.gen.feasibility.layout import PICKS, all_padding_window, triangle_zeros
 from nnsmith_cov.gen.feasibility.order import Order, keeps_even
 from nnsmith_cov.gen.feasibility.refine import DOMAINS, narrow, pull
 from nnsmith_cov.gen.feasibility.transfer import producer_chain, transfer, violation
@@ -19,9 +20,10 @@ from nnsmith_cov.gen.feasibility.values import fold, value_set
 from nnsmith_cov.gen.graph_ir import GraphIR
 from nnsmith_cov.ops import op_by_name
 
-# Ops whose output elements are each one of their (first) input's elements, exactly (not a
-# mean or an interpolation: their rounding may move a number by an ulp).
-SAME_NUMBER = (KEEP_ALL | SUBSET | {"ReduceMax", "ReduceMin", "GlobalMaxPool"}) - {"Interpolate"}
+# Ops whose output elements are each one of their (first) input's elements, exactly (not an
+# interpolation: its rounding may move a number by an ulp). (Read only for ops that keep
+# equal elements equal, `keeps_even`.)
+SAME_NUMBER = PICKS - {"Interpolate"}
 
 
 def analyze(graph: GraphIR) -> tuple[str | None, dict[int, Range]]:
@@ -39,11 +41,11 @@ def analyze(graph: GraphIR) -> tuple[str | None, dict[int, Range]]:
 
 def _meet(r: Range, known: Range, why: str) -> Range:
     """r where every element also lies within what `known` says of it."""
-    out = narrow(r, (known.lo, known.hi, False, False, False), why)
+    out = narrow(r, Domain(known.lo, known.hi), why)
     if known.values is not None:
         mine = out.values if out.values is not None else value_set(out)
         values = known.values if mine is None else mine & known.values
-        out = narrow(replace(out, values=values), (known.lo, known.hi, False, False, False), why)
+        out = narrow(replace(out, values=values), Domain(known.lo, known.hi), why)
     return replace(out, integral=out.integral or known.integral)
 
 

@@ -9,32 +9,23 @@ from dataclasses import replace
 import torch
 
 from nnsmith_cov.abstract.dtype import DType
-from nnsmith_cov.gen.feasibility.elementwise import UNARY, rising
+from nnsmith_cov.abstract.op_facts import Monotone
+from nnsmith_cov.gen.feasibility.elementwise import UNARY, unary_map
 from nnsmith_cov.gen.feasibility.facts import Infeasible, Range, point, stored
-from nnsmith_cov.gen.feasibility.layout import KEEP_ALL, SUBSET
 from nnsmith_cov.gen.feasibility.values import MAX_VALUES, of_values
 from nnsmith_cov.gen.graph_ir import Inst
-from nnsmith_cov.ops import op_by_name
+from nnsmith_cov.ops import ALL_OPS, op_by_name
 
-# Ops monotone (non-decreasing) in every input, element by element: run on the inputs'
-# lower bounds they give the output's lower bounds, on the upper bounds its upper bounds.
-# Those that only move, pick or zero elements (`_MOVES`) are exact in any dtype.
-_MOVES = (KEEP_ALL | SUBSET | {
-    "Concat2", "Concat3", "Concat4", "PadConstant", "PadReflect", "PadReplicate", "Tril", "Triu", "ReduceMax",
-    "ReduceMin", "MaxPool1d", "MaxPool2d", "AdaptiveMaxPool2d", "GlobalMaxPool", "Max", "Min", "Relu", "Floor",
-    "Ceil", "Round", "Clip", "Sign",
-}) - {"Interpolate", "TopK", "IndexSelect", "GatherElements"}  # fmt: skip
-_MONOTONE = _MOVES | {
-    "ReduceSum", "ReduceMean", "CumSum", "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool2d", "Interpolate", "Add",
-    "LeakyRelu", "Elu", "Selu", "Sigmoid", "Tanh", "Atan", "Erf", "Softsign", "HardSigmoid", "Exp", "Log", "Log2",
-    "Sqrt", "Asin",
-}  # fmt: skip
-_DECREASING = {"Neg": "Neg", "Acos": "Acos"}
-# Reductions monotone in each element's magnitude: run on the bounds of |x|.
-_OF_MAGNITUDE = {"ReduceL1", "ReduceL2", "ReduceSumSquare"}
-# Non-monotone pointwise maps: exact where an element is known (lo == hi), else bounded by
-# the op's range only.
-_POINTWISE_OTHER = {name for name, (_, trend, _) in UNARY.items() if trend == 0} - {"Abs"}
+# How each op moves with its inputs (the specs' `monotone`): non-decreasing in every input,
+# element by element, it gives the output's lower bounds run on the inputs' lower bounds,
+# its upper bounds on their upper bounds. Those that only move, pick or zero elements
+# (`_MOVES`) are exact in any dtype; reductions of magnitudes run on the bounds of |x|.
+# (Ops whose attributes decide, as ThresholdedRelu's, are asked by `monotone_for`.)
+_MOVES = frozenset(op.name() for op in ALL_OPS if op.monotone is Monotone.MOVES)
+_OF_MAGNITUDE = frozenset(op.name() for op in ALL_OPS if op.monotone is Monotone.MAGNITUDE)
+# Non-monotone unary maps (but Abs, which has its own rule first): exact where an element
+# is known (lo == hi), else bounded by the op's range only.
+_POINTWISE_OTHER = frozenset(n for n in UNARY if op_by_name(n).monotone is Monotone.NONE)
 # Ops whose output holds elements the same in every execution (padding, a zeroed triangle):
 # boxes start there and are followed while they say more than the value's range.
 _BOX_SOURCES = {"PadConstant", "Tril", "Triu"}
@@ -145,15 +136,17 @@ def _box_of(inst: Inst, a, ins: list[Range]) -> list[Box] | None:
         # stored in (int64's 2**63 has no int64).
         dt = _exact_dtype(t) if exact else t.dtype.torch
         boxes.append(_box(t, r, dt))
-    fwd = op_by_name(name).forward
-    dom = UNARY.get(name, (None, None, None))[2]
+    spec = op_by_name(name)
+    fwd = spec.forward
+    dom = unary_map(name)[2] if name in UNARY else None
+    trend = spec.monotone_for(a)
     try:
         with torch.no_grad():
-            if name in _MONOTONE or rising(name, a) or cast:
+            if trend in (Monotone.MOVES, Monotone.RISING) or cast:
                 if dom is not None:  # valid executions keep the input in the domain
                     boxes = [(lo.clamp(dom[0], dom[1]), hi.clamp(dom[0], dom[1])) for lo, hi in boxes]
                 los, his = fwd(a, *(lo for lo, _ in boxes)), fwd(a, *(hi for _, hi in boxes))
-            elif name in _DECREASING:
+            elif trend is Monotone.FALLING:
                 ((lo, hi),) = boxes
                 if dom is not None:
                     lo, hi = lo.clamp(dom[0], dom[1]), hi.clamp(dom[0], dom[1])

@@ -4,49 +4,35 @@ interval for those that are neither), casts, and the bounds of a product."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 from types import SimpleNamespace
 
 import torch
-import torch.nn.functional as F
 
 from nnsmith_cov.abstract.dtype import DType
+from nnsmith_cov.abstract.op_facts import Monotone
 from nnsmith_cov.gen.feasibility.facts import INF, Range, dtype_range
-from nnsmith_cov.ops import op_by_name
+from nnsmith_cov.ops import ALL_OPS, op_by_name
 
-# name -> (function on float64, trend: +1 increasing, -1 decreasing, 0 neither, domain)
-UNARY = {
-    "Relu": (torch.relu, 1, None),
-    "LeakyRelu": (F.leaky_relu, 1, None),
-    "Elu": (F.elu, 1, None),
-    "Selu": (F.selu, 1, None),
-    "Sigmoid": (torch.sigmoid, 1, None),
-    "Tanh": (torch.tanh, 1, None),
-    "Atan": (torch.atan, 1, None),
-    "Erf": (torch.erf, 1, None),
-    "Floor": (torch.floor, 1, None),
-    "Ceil": (torch.ceil, 1, None),
-    "Round": (torch.round, 1, None),
-    "Sign": (torch.sign, 1, None),
-    "Softsign": (F.softsign, 1, None),
-    "HardSigmoid": (F.hardsigmoid, 1, None),
-    "Exp": (torch.exp, 1, None),
-    "Log": (torch.log, 1, (0.0, INF)),
-    "Log2": (torch.log2, 1, (0.0, INF)),
-    "Sqrt": (torch.sqrt, 1, (0.0, INF)),
-    "Asin": (torch.asin, 1, (-1.0, 1.0)),
-    "Acos": (torch.acos, -1, (-1.0, 1.0)),
-    "Neg": (torch.neg, -1, None),
-    "Abs": (torch.abs, 0, None),
-    "Gelu": (F.gelu, 0, None),
-    "HardSwish": (F.hardswish, 0, None),
-    "Mish": (F.mish, 0, None),
-    "Sin": (torch.sin, 0, None),
-    "Cos": (torch.cos, 0, None),
-}
-_INTEGRAL_RESULT = {"Floor", "Ceil", "Round", "Sign"}
-# Interior extremes of the non-monotone maps: (where, value).
-_DIPS = {"Gelu": [(-0.7517916, -0.1699702)], "HardSwish": [(-1.5, -0.375)], "Mish": [(-1.192431, -0.3088435)]}
+# Unary ops that are one fixed function of each element (the specs' `value_map`).
+UNARY = frozenset(op.name() for op in ALL_OPS if op.value_map is not None)
+# Rising unary pointwise ops that attributes shape (no fixed map): computed with their own forward.
+RISING_OPS = frozenset(
+    op.name()
+    for op in ALL_OPS
+    if op.pointwise and op.arity() == 1 and op.value_map is None and op.monotone is Monotone.RISING
+)
+
+
+def unary_map(name: str) -> tuple[Callable[[torch.Tensor], torch.Tensor], int, tuple[float, float] | None]:
+    """A UNARY op's function on float64, its trend (+1 rising, -1 falling, 0 neither), and
+    the interval its input lies in on valid executions (None: anywhere)."""
+    spec = op_by_name(name)
+    assert spec.value_map is not None, f"{name} has no value map"
+    fn = spec.value_map.fn or spec.torch_fn
+    d = spec.input_domains[0] if spec.input_domains else None
+    return fn, spec.monotone.trend, (d.lo, d.hi) if d is not None and d.bounded else None
 
 
 def _f(fn, x: float) -> float:
@@ -62,14 +48,10 @@ def _fact(fn, x: float, none: float) -> float:
     return x if x == none else _f(fn, x)
 
 
-# Non-decreasing unary ops with attributes: computed with their own forward.
-RISING_OPS = {"Softplus", "Asinh", "Celu", "Shrink", "ThresholdedRelu", "FakeQuantize"}
-
-
 def rising(name: str, a) -> bool:
-    """Whether `name` with attributes `a` is a non-decreasing map (ThresholdedRelu only
-    for a threshold >= 0: below a negative one it lifts x to 0)."""
-    return name in RISING_OPS and (name != "ThresholdedRelu" or a.alpha >= 0)
+    """Whether `name` with attributes `a` is a non-decreasing map of RISING_OPS (its spec's
+    `monotone_for`: ThresholdedRelu only for a threshold >= 0)."""
+    return name in RISING_OPS and op_by_name(name).monotone_for(a) is Monotone.RISING
 
 
 def unary(name: str, r: Range, a) -> Range:
@@ -78,7 +60,7 @@ def unary(name: str, r: Range, a) -> Range:
     elif name in RISING_OPS:
         fn, trend, dom = (lambda t: op_by_name(name).forward(a, t)), 1, None
     else:
-        fn, trend, dom = UNARY[name]
+        fn, trend, dom = unary_map(name)
     lo, hi = r.lo, r.hi
     if dom is not None:  # valid executions keep the input inside the domain
         lo, hi = max(lo, dom[0]), min(hi, dom[1])
@@ -92,7 +74,8 @@ def unary(name: str, r: Range, a) -> Range:
         above=max(min(r.above, hi), -INF if r.above == -INF else lo),
     )
     forced = frozenset(_f(fn, c) for c in r.forced)
-    integral = name in _INTEGRAL_RESULT or (r.integral and name in {"Relu", "Neg", "Abs", "Sign", "Clip"})
+    whole = name in UNARY and op_by_name(name).value_map.whole
+    integral = whole or (r.integral and name in {"Relu", "Neg", "Abs", "Sign", "Clip"})
     if integral and name == "Clip":  # a bound may be absent (None): the Clip form leaves it out
         integral = all(b is None or float(b).is_integer() for b in (a.lo, a.hi))
     if trend == 1:
@@ -151,7 +134,7 @@ def _image(name: str, fn, lo: float, hi: float) -> tuple[float, float]:
         return max(-1.0, min(ys)), min(1.0, max(ys))
     # Gelu, HardSwish, Mish: increasing but for one dip
     ends = [_f(fn, lo), _f(fn, hi)]
-    dips = [v for where, v in _DIPS[name] if lo <= where <= hi]
+    dips = [v for where, v in op_by_name(name).value_map.dips if lo <= where <= hi]
     return min(ends + dips), max(ends)
 
 

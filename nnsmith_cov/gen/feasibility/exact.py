@@ -3,31 +3,12 @@ one-to-one ops: not a proof, but a set of values no search aims for."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
-
 from nnsmith_cov.gen.feasibility.facts import Range
 from nnsmith_cov.gen.feasibility.layout import SUBSET
 from nnsmith_cov.gen.feasibility.refine import MAX_PULL, SHOWS_ALL
 from nnsmith_cov.gen.feasibility.transfer import producer_chain
 from nnsmith_cov.gen.graph_ir import GraphIR, Inst
-
-# Unary ops that are one-to-one on the reals and flat nowhere in floats near the value: the
-# one input giving a value is isolated. (Not Tanh, Sigmoid, Erf: they reach their limits
-# exactly on half-lines; not Exp at 0, reached by underflow.) value -> the one input.
-_INVERSE: dict[str, Callable[[float], float | None]] = {
-    "Exp": lambda b: math.log(b) if 1e-30 < b < 1e30 else None,
-    "Log": lambda b: math.exp(b) if abs(b) < 60 else None,
-    "Log2": lambda b: 2.0**b if abs(b) < 60 else None,
-    "Sqrt": lambda b: b * b if b >= 0 else None,
-    "Neg": lambda b: -b,
-    "Atan": lambda b: math.tan(b) if abs(b) < 1.5 else None,
-    "Asin": lambda b: math.sin(b) if abs(b) <= math.pi / 2 else None,
-    "Acos": lambda b: math.cos(b) if 0 <= b <= math.pi else None,
-    "Softsign": lambda b: b / (1 - abs(b)) if abs(b) < 0.99 else None,
-    "Reciprocal": lambda b: 1 / b if b != 0 else None,
-    "Abs": lambda b: 0.0 if b == 0 else None,  # one-to-one at 0 only
-}
+from nnsmith_cov.ops import op_by_name
 
 
 def _only_at(name: str, ins: list[Range]) -> float | None:
@@ -62,8 +43,9 @@ def _isolated(
     # picks must be b (Sqrt(Neg(Acos(Slice(x)))) needs every picked x to be 1).
     if name in SHOWS_ALL or (name in SUBSET and graph.types[v].dtype.is_float):
         return _isolated(graph, producers, env, inst.inputs[0], b, depth + 1)
-    if name in _INVERSE:
-        c = _INVERSE[name](b)
+    inverse = op_by_name(name).inverse  # (one-to-one ops: the one input giving b is isolated)
+    if inverse is not None:
+        c = inverse(b)
         return None if c is None else _isolated(graph, producers, env, inst.inputs[0], c, depth + 1)
     if name in ("Min", "Max") and graph.types[v].dtype.is_float:
         bounded = [u for u in inst.inputs if (env[u].hi <= b if name == "Min" else env[u].lo >= b)]

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import torch
 
-from nnsmith_cov.ops import op_by_name
+from nnsmith_cov.abstract.op_facts import Elements
+from nnsmith_cov.ops import ALL_OPS, op_by_name
 
-# Every input element appears in the output (reordered, reshaped, repeated).
-KEEP_ALL = {
-    "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Permute", "Roll", "Flip",
-    "Expand", "Tile", "PixelShuffle", "PixelUnshuffle", "SpaceToDepth",
-}  # fmt: skip
-# Output elements are some of the input elements.
-SUBSET = {"Slice", "IndexSelect", "GatherElements", "Split2", "Split3", "TopK", "Interpolate"}
+# Names of the ops by where their elements come from (the specs' `elements`).
+KEEP_ALL = frozenset(op.name() for op in ALL_OPS if op.elements is Elements.ALL)
+SUBSET = frozenset(op.name() for op in ALL_OPS if op.elements is Elements.SOME)
+# Each output element is one of the (first) input's elements.
+PICKS = frozenset(op.name() for op in ALL_OPS if op.elements is not Elements.COMPUTED)
 
 
 def pad_widths(a) -> list[int]:

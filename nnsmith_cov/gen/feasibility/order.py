@@ -7,8 +7,8 @@ import math
 from dataclasses import replace
 
 from nnsmith_cov.gen.feasibility.facts import Range, constant
-from nnsmith_cov.gen.feasibility.layout import KEEP_ALL, SUBSET
-from nnsmith_cov.gen.feasibility.values import POINTWISE_NARY, POINTWISE_UNARY
+from nnsmith_cov.gen.feasibility.layout import KEEP_ALL, PICKS, SUBSET
+from nnsmith_cov.gen.feasibility.values import POINTWISE
 from nnsmith_cov.gen.graph_ir import Inst
 
 
@@ -16,17 +16,8 @@ def keeps_even(inst: Inst) -> bool:
     """Whether the op, on inputs whose elements are each all equal, makes equal elements."""
     name = inst.op
     return (
-        name in KEEP_ALL
-        or name in SUBSET
-        or name in POINTWISE_UNARY
-        or name in POINTWISE_NARY
-        or name.startswith("Cast")
-        or name in ("ReduceMax", "ReduceMin", "ReduceMean")
+        name in KEEP_ALL or name in SUBSET or name in POINTWISE or name in ("ReduceMax", "ReduceMin", "ReduceMean")
     )  # not Concat: its parts may differ
-
-
-# Ops each of whose output elements is one of the input's elements.
-_PICKS = KEEP_ALL | SUBSET | {"ReduceMax", "ReduceMin", "MaxPool1d", "MaxPool2d", "AdaptiveMaxPool2d", "GlobalMaxPool"}
 
 
 class Order:
@@ -52,7 +43,7 @@ class Order:
                 self.ge.setdefault(m, set()).add(x)
             else:  # and the minimum below
                 self.ge.setdefault(x, set()).add(m)
-        if name in _PICKS:  # each output element is one of x's: above what x is above
+        if name in PICKS:  # each output element is one of x's: above what x is above
             for v in inst.outputs:
                 if x in self.ge:
                     self.ge.setdefault(v, set()).update(self.ge[x])

@@ -9,25 +9,15 @@ from dataclasses import replace
 import torch
 
 from nnsmith_cov.abstract.dtype import DType
-from nnsmith_cov.gen.feasibility.facts import INF, Infeasible, Range
+from nnsmith_cov.abstract.op_facts import Domain
+from nnsmith_cov.gen.feasibility.facts import Infeasible, Range
 from nnsmith_cov.gen.feasibility.layout import KEEP_ALL, pad_widths
 from nnsmith_cov.gen.feasibility.values import value_set
 from nnsmith_cov.gen.graph_ir import GraphIR, Inst
-from nnsmith_cov.ops.nn import BN_EPS
+from nnsmith_cov.ops import ALL_OPS
 
-# A domain: (lo, hi, lo_open, hi_open, nonzero): every element lies in the interval and, with
-# nonzero, is not 0.
-Domain = tuple[float, float, bool, bool, bool]
-DOMAINS: dict[str, list[Domain | None]] = {
-    "Log": [(0.0, INF, True, False, False)],
-    "Log2": [(0.0, INF, True, False, False)],
-    "Sqrt": [(0.0, INF, False, False, False)],
-    "Asin": [(-1.0, 1.0, False, False, False)],
-    "Acos": [(-1.0, 1.0, False, False, False)],
-    "Reciprocal": [(-INF, INF, False, False, True)],
-    "Div": [None, (-INF, INF, False, False, True)],
-    "BatchNorm": [None, None, (-BN_EPS, INF, True, False, False)],  # running variance + eps > 0
-}
+# Each vulnerable op's input domains (the specs' `input_domains`), by op name.
+DOMAINS: dict[str, tuple[Domain | None, ...]] = {op.name(): op.input_domains for op in ALL_OPS if op.input_domains}
 
 
 def _inside(c: float, d: Domain) -> bool:
@@ -71,12 +61,12 @@ def narrow(r: Range, d: Domain, why: str) -> Range:
 
 def _negated(d: Domain) -> Domain:
     lo, hi, lo_open, hi_open, nonzero = d
-    return (-hi, -lo, hi_open, lo_open, nonzero)
+    return Domain(-hi, -lo, hi_open, lo_open, nonzero)
 
 
 # Ops whose every input element appears, unchanged, in the output: a domain every output
 # element lies in holds for the input too.
-SHOWS_ALL = KEEP_ALL | {"Identity"}
+SHOWS_ALL = KEEP_ALL
 MAX_PULL = 8  # producers a refinement walks back through
 
 

@@ -7,10 +7,9 @@ import math
 
 import torch
 
-from nnsmith_cov.gen.feasibility.elementwise import RISING_OPS, UNARY
 from nnsmith_cov.gen.feasibility.facts import Infeasible, Range, constant, point, stored
 from nnsmith_cov.gen.graph_ir import Inst
-from nnsmith_cov.ops import op_by_name
+from nnsmith_cov.ops import ALL_OPS, op_by_name
 
 MAX_FORCED = 8  # distinct values a folded result records as taken
 MAX_VALUES = 16  # a value set larger than this is not tracked
@@ -48,14 +47,9 @@ def union(rs: list[Range]) -> frozenset[float] | None:
     return out if len(out) <= MAX_VALUES else None
 
 
-# Pointwise ops: each output element is the op of the input elements at its position (after
-# broadcasting). On inputs whose value sets are known, the output's set is computed exactly,
-# with the op's own forward, on every combination.
-POINTWISE_UNARY = set(UNARY) | RISING_OPS | {"Clip", "Not", "IsNaN", "IsInf", "BitwiseNot"}
-POINTWISE_NARY = {
-    "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Equal", "Greater", "Less", "GreaterEqual", "LessEqual",
-    "And", "Or", "Xor", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "Where",
-}  # fmt: skip
+# Pointwise ops (the specs' `pointwise`): on inputs whose value sets are known, the output's
+# set is computed exactly, with the op's own forward, on every combination.
+POINTWISE = frozenset(op.name() for op in ALL_OPS if op.pointwise)
 
 
 def pointwise_values(inst: Inst, a, ins: list[Range]) -> list[Range] | None:
@@ -63,7 +57,7 @@ def pointwise_values(inst: Inst, a, ins: list[Range]) -> list[Range] | None:
     running it on every combination of input values (the same value twice where one
     input is used twice). Combinations whose result is NaN/Inf are not valid executions
     and drop out; None when the sets are unknown or too many, or the op refuses them."""
-    if not (inst.op in POINTWISE_UNARY or inst.op.startswith("Cast") or inst.op in POINTWISE_NARY):
+    if inst.op not in POINTWISE:
         return None
     sets = [value_set(r) for r in ins]
     if any(vs is None for vs in sets):
