@@ -11,9 +11,11 @@ import numpy as np
 import pytest
 
 from nnsmith_cov.cli import main
-from nnsmith_cov.coverage.collector import CollectorError, make_collector, pass_filters
+from nnsmith_cov.coverage.collector import CollectorError, pass_filters
 from nnsmith_cov.coverage.composite import FollowedComposite, part_targets, slice_hits
 from nnsmith_cov.coverage.covmap import Hits, VirginMap
+from nnsmith_cov.coverage.declared import DeclaredBackend
+from nnsmith_cov.coverage.factory import make_collector
 from nnsmith_cov.coverage.universe import Universe
 from nnsmith_cov.feedback import reward_of
 
@@ -93,8 +95,8 @@ class Part:
     def stop(self) -> Hits:
         return self.next
 
-    def claims(self, backend: str) -> bool:
-        return backend == "here"
+    def claims(self, backend: DeclaredBackend) -> bool:
+        return backend.spec == "here"
 
 
 class Threaded:
@@ -159,6 +161,22 @@ def test_each_part_of_the_map_weighs_the_same_in_the_reward() -> None:
     assert reward_of(virgin.update(hits(2), [6])) == 0.5  # one new arc, nothing of the other part
     assert virgin.update(hits(2, 3)).parts == ()  # not split: the plain reward
     assert reward_of(virgin.update(hits(4, 9), [6])) == 0.5
+
+
+def test_collectors_learn_what_a_backend_drives_from_its_declaration() -> None:
+    """The worker hands collectors the backends' declarations; a part claims by the package."""
+    from nnsmith_cov.backends.registry import declare
+    from nnsmith_cov.coverage.python_collector import PythonCollector
+
+    tvm, plug = declare("tvm"), declare("faulty_backends:Segfault")
+    assert tvm == DeclaredBackend("tvm", "tvm", "libtvm_compiler.so")
+    assert plug == DeclaredBackend("faulty_backends:Segfault", None, "onnxruntime_pybind11_state*")
+    assert declare("nowhere:Nothing") == DeclaredBackend("nowhere:Nothing")
+    py = PythonCollector(["tvm", "torch.onnx"])
+    assert py.claims(tvm) and not py.claims(plug) and not py.claims(declare("ort"))
+    # A composite judges a spec by the declaration it was given (none: claimed by no part).
+    c = FollowedComposite([Part(), Threaded()], [DeclaredBackend("tvm"), DeclaredBackend("here")])
+    assert c.native("here") and not c.native("tvm") and not c.native("elsewhere")
 
 
 def test_collector_flag_takes_composites_and_refuses_unknown_parts(tmp_path, capsys) -> None:

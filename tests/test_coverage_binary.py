@@ -12,9 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nnsmith_cov.backends.registry import declare
 from nnsmith_cov.campaign.protocol import decode_arrays, encode_arrays
 from nnsmith_cov.campaign.worker_handle import WorkerHandle, WorkerStartError
-from nnsmith_cov.coverage.binary_collector import BinaryCollector, sorted_xor
+from nnsmith_cov.coverage.binary_collector import DEFAULT_MODULE, BinaryCollector, sorted_xor
 from nnsmith_cov.coverage.binary_symbols import block_hash, read_layout
 from nnsmith_cov.coverage.covmap import Hits
 
@@ -183,10 +184,12 @@ def test_returns_take_the_direct_path(worker: WorkerHandle) -> None:
 
 @pytest.fixture(scope="module")
 def local() -> BinaryCollector:
-    """A collector in this process, no agent: its map, masks and threads."""
+    """A collector in this process, no agent: its map, masks and threads. ORT's module, given
+    as a target; the backends declared to it say where their code lies (`native`)."""
     import onnxruntime  # noqa: F401  (the module must be loaded for locate_request)
 
-    return BinaryCollector([])
+    known = ["ort", "tvm", "trt", "faulty_backends:Segfault", "nowhere:Nothing"]
+    return BinaryCollector([DEFAULT_MODULE], backends=[declare(s) for s in known])
 
 
 def test_stop_reads_every_nonzero_slot_but_the_masked(local: BinaryCollector) -> None:
@@ -259,20 +262,20 @@ class MissingLibrary:
 
 
 def test_modules_come_from_the_backends_declarations() -> None:
-    from nnsmith_cov.coverage.binary_collector import declared_modules
+    from nnsmith_cov.coverage.declared import declared_modules
 
-    assert declared_modules(["ort", "tvm", "faulty_backends:Segfault"]) == [
+    assert declared_modules(map(declare, ["ort", "tvm", "faulty_backends:Segfault"])) == [
         "onnxruntime_pybind11_state*",
         "libtvm_compiler.so",
     ]
-    assert declared_modules(["nowhere:Nothing"]) == []
+    assert declared_modules([declare("nowhere:Nothing")]) == []
 
 
 def test_a_missing_declared_library_is_one_line() -> None:
     from nnsmith_cov.coverage.collector import CollectorError
 
     with pytest.raises(CollectorError) as e:
-        BinaryCollector([], backends=["test_coverage_binary:MissingLibrary"])
+        BinaryCollector([], backends=[declare("test_coverage_binary:MissingLibrary")])
     assert "libnncov_no_such_library" in str(e.value) and "\n" not in str(e.value)
 
 
@@ -291,7 +294,7 @@ def test_labels_bridge_a_file_and_name_namespaces() -> None:
 
 def _tvm_collector() -> BinaryCollector:
     pytest.importorskip("tvm", reason="tvm is not installed")
-    return BinaryCollector([], backends=["tvm"])
+    return BinaryCollector([], backends=[declare("tvm")])
 
 
 def test_tvm_compiler_is_found_without_a_flag_and_its_passes_are_labelled() -> None:
@@ -304,7 +307,10 @@ def test_tvm_compiler_is_found_without_a_flag_and_its_passes_are_labelled() -> N
     # Pass-only works on the wheel: each pass folder holds labelled slots.
     for folder in ("src/relax/transform/", "src/tirx/transform/", "src/s_tir/transform/"):
         assert folder in pass_filters("binary") and u.file_mask([folder]).sum() > 10_000, folder
-    assert not c.native("tvm") and c.native("ort")
+    assert not c.native("tvm")
+    # ORT declared beside TVM, with TVM's compiler the module followed: its calls run where made.
+    both = BinaryCollector(["libtvm_compiler.so"], backends=[declare("tvm"), declare("ort")])
+    assert not both.native("tvm") and both.native("ort")
 
 
 def _tvm_run(worker: WorkerHandle, kind: str) -> tuple[set[int], dict[str, np.ndarray]]:

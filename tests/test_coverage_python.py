@@ -16,7 +16,8 @@ from nnsmith_cov.backends.registry import load_backend
 from nnsmith_cov.campaign.testcase import CaseSettings, run_test
 from nnsmith_cov.campaign.worker_handle import WorkerHandle
 from nnsmith_cov.cli import main
-from nnsmith_cov.coverage.collector import PASS_FILTERS, CollectorError, make_collector
+from nnsmith_cov.coverage.collector import PASS_FILTERS, CollectorError
+from nnsmith_cov.coverage.factory import make_collector
 from nnsmith_cov.coverage.python_collector import PythonCollector
 from nnsmith_cov.coverage.universe import Universe, path_matches
 from nnsmith_cov.gen.generator import GenConfig, generate

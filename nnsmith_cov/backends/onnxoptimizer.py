@@ -19,14 +19,13 @@ import numpy as np
 
 from nnsmith_cov.backends.base import Opt, Stage, import_problem, staged
 from nnsmith_cov.backends.ort import run_session, session
+from nnsmith_cov.coverage.collector import CollectorError
+from nnsmith_cov.coverage.llvm_builds import build_dir, find_build
+from nnsmith_cov.coverage.llvm_runtime import load_runtime
 
 
 def import_instrumented() -> Any:
     """The instrumented `onnxoptimizer` module; ImportError (one line) when it cannot be had."""
-    from nnsmith_cov.coverage.collector import CollectorError
-    from nnsmith_cov.coverage.llvm_builds import build_dir, find_build
-    from nnsmith_cov.coverage.llvm_runtime import load_runtime
-
     build = find_build()
     if build is None:
         raise ImportError(f"no instrumented onnxoptimizer in {build_dir()} (run make instrumented)")

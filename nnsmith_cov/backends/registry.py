@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 
 from nnsmith_cov.backends.base import Backend, has_roundtrip
+from nnsmith_cov.coverage.declared import DeclaredBackend
 
 BUILTIN = {
     "ort": "nnsmith_cov.backends.ort:OrtBackend",
@@ -43,6 +44,12 @@ def native_module(spec: str) -> str | None:
         return getattr(backend_class(spec), "native_module", None)
     except (ImportError, AttributeError):
         return None
+
+
+def declare(spec: str) -> DeclaredBackend:
+    """What backend `spec` tells the collectors about its code: the Python package it drives (built-in
+    backends) and its `native_module`. Imports the backend's class, not the system it drives."""
+    return DeclaredBackend(spec, PACKAGES.get(spec), native_module(spec))
 
 
 def roundtrips(spec: str) -> bool:

@@ -58,14 +58,16 @@ class Worker:
         cov_targets: list[str] | None = None,
         ask: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> None:
-        from nnsmith_cov.coverage.collector import CollectorError, make_collector
+        from nnsmith_cov.backends.registry import declare
+        from nnsmith_cov.coverage.collector import CollectorError
+        from nnsmith_cov.coverage.factory import make_collector
 
         self.emit = emit
         self.collector = None
         self.collector_error: str | None = None
         if collector:  # before the backends: a native collector's runtime must be loaded first
             try:
-                self.collector = make_collector(collector, cov_targets or [], specs)
+                self.collector = make_collector(collector, cov_targets or [], [declare(s) for s in specs])
             except CollectorError as e:
                 self.collector_error = str(e)
         self.backends: dict[str, Any] = {}

@@ -48,6 +48,7 @@ import numpy as np
 from nnsmith_cov.coverage.binary_symbols import ModuleLayout, read_layout
 from nnsmith_cov.coverage.collector import CollectorError
 from nnsmith_cov.coverage.covmap import Hits
+from nnsmith_cov.coverage.declared import DeclaredBackend, declared_modules
 from nnsmith_cov.coverage.universe import Universe
 
 DEFAULT_MODULE = "onnxruntime_pybind11_state*"
@@ -151,13 +152,6 @@ def cached_layout(path: str, cache_dir: Path) -> ModuleLayout:
     return layout
 
 
-def declared_modules(backends: Sequence[str]) -> list[str]:
-    """The shared objects the backends declare their compiled code is in (`native_module`), in order."""
-    from nnsmith_cov.backends.registry import native_module
-
-    return list(dict.fromkeys(m for m in map(native_module, backends) if m))
-
-
 def concat_universes(parts: list[Universe]) -> Universe:
     """Several modules' slot universes end to end, as one binary universe (files listed per module)."""
     if len(parts) == 1:
@@ -242,10 +236,13 @@ class BinaryCollector:
 
     name = "binary"
 
-    takes_backends = True  # `make_collector` hands it the worker's backends (their `native_module`)
+    takes_backends = True  # `make_collector` hands it the worker's backends' declarations (`declared`)
 
-    def __init__(self, targets: list[str], cache_dir: Path | None = None, backends: Sequence[str] = ()) -> None:
+    def __init__(
+        self, targets: list[str], cache_dir: Path | None = None, backends: Sequence[DeclaredBackend] = ()
+    ) -> None:
         patterns = list(targets) or declared_modules(backends) or [DEFAULT_MODULE]
+        self.declared = {b.spec: b for b in backends}  # what `native` knows of each backend
         self.paths = list(dict.fromkeys(find_module(p) for p in patterns))
         self.layouts = [cached_layout(p, cache_dir or default_cache_dir()) for p in self.paths]
         self.path, self.layout = self.paths[0], self.layouts[0]
@@ -327,10 +324,9 @@ class BinaryCollector:
     def native(self, backend: str) -> bool:
         """`backend` is known to run its code outside the followed modules (ORT while TVM's compiler
         is followed alone): its calls run natively where they are made, where following them would
-        count nothing. Backends that do not say are followed."""
-        from nnsmith_cov.backends.registry import native_module
-
-        glob = native_module(backend) if backend else None
+        count nothing. Backends that do not say (or were not declared to it) are followed."""
+        declared = self.declared.get(backend)
+        glob = declared.native_module if declared else None
         return glob is not None and not any(fnmatch(os.path.basename(p), glob) for p in self.paths)
 
     def call(self, fn: Callable[[], T], backend: str = "") -> T:

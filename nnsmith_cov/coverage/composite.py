@@ -24,6 +24,7 @@ import numpy as np
 
 from nnsmith_cov.coverage.collector import Collector, CollectorError
 from nnsmith_cov.coverage.covmap import Hits
+from nnsmith_cov.coverage.declared import DeclaredBackend
 from nnsmith_cov.coverage.universe import Universe
 
 T = TypeVar("T")
@@ -84,10 +85,12 @@ class CompositeCollector:
 
 class FollowedComposite(CompositeCollector):
     """A composite with one part that measures on its own thread (binary): routes backend calls
-    and forwards that part's attach requests, calibration and masks (in the composite's numbering)."""
+    and forwards that part's attach requests, calibration and masks (in the composite's numbering).
+    `backends` are the worker's backends' declarations, which the thread-less parts judge."""
 
-    def __init__(self, parts: Sequence[Collector]) -> None:
+    def __init__(self, parts: Sequence[Collector], backends: Sequence[DeclaredBackend] = ()) -> None:
         super().__init__(parts)
+        self.declared = {b.spec: b for b in backends}
         threaded = [p for p in self.parts if hasattr(p, "call")]
         if len(threaded) != 1:
             raise CollectorError(f"{self.name}: at most one collector may measure on its own thread")
@@ -102,8 +105,9 @@ class FollowedComposite(CompositeCollector):
     def native(self, backend: str) -> bool:
         """Calls into this backend run where they are made: a thread-less part measures it there,
         or the threaded part would not follow it anyway."""
+        declared = self.declared.get(backend, DeclaredBackend(backend))
         return bool(backend) and (
-            any(getattr(p, "claims", lambda _: False)(backend) for p in self.parts if p is not self.threaded)
+            any(getattr(p, "claims", lambda _: False)(declared) for p in self.parts if p is not self.threaded)
             or getattr(self.threaded, "native", lambda _: False)(backend)
         )
 

@@ -29,6 +29,7 @@ import numpy as np
 
 from nnsmith_cov.coverage.collector import CollectorError
 from nnsmith_cov.coverage.covmap import Hits
+from nnsmith_cov.coverage.declared import DeclaredBackend
 from nnsmith_cov.coverage.universe import Universe
 
 DEFAULT_PACKAGES = ("tvm", "torch.onnx")
@@ -146,12 +147,10 @@ class PythonCollector:
         self._data: _TraceData | None = None
         self.unmapped = 0  # arcs that ran but are not in the static universe (e.g. exception paths)
 
-    def claims(self, backend: str) -> bool:
-        """This collector measures the Python package of built-in `backend` (a composite runs it
-        on the thread this collector traces)."""
-        from nnsmith_cov.backends.registry import PACKAGES
-
-        package = PACKAGES.get(backend)
+    def claims(self, backend: DeclaredBackend) -> bool:
+        """This collector measures the Python package `backend` declares it drives (a composite
+        runs it on the thread this collector traces)."""
+        package = backend.package
         return package is not None and package in {p.split(".")[0] for p in self.packages}
 
     # -- the universe --------------------------------------------------------------

@@ -25,9 +25,9 @@ import torch
 from nnsmith_cov.gen.generator import Generated
 from nnsmith_cov.gen.graph_ir import GraphIR
 from nnsmith_cov.materialize.onnx_export import ExportError, export_onnx
+from nnsmith_cov.materialize.search_result import SearchResult
 from nnsmith_cov.materialize.torch_module import GraphModule, input_name, input_tensors, output_name, weight_name
 from nnsmith_cov.ops import op_by_name
-from nnsmith_cov.search.gradient import SearchResult
 
 RECORD_SCHEMA = 1
 

@@ -27,11 +27,11 @@ from typing import Any
 import numpy as np
 
 from nnsmith_cov.bounded_read import MAX_JSON_BYTES, DataError, json_type, read_json, shown
-from nnsmith_cov.campaign.stored import StoredError, number, search_settings, timeout, trusted_backend
 from nnsmith_cov.gen.graph_ir import GraphIR, GraphIRError
 from nnsmith_cov.materialize.model_dir import load_npz, npz_bytes
 from nnsmith_cov.ops import is_op
 from nnsmith_cov.oracle.finding import Finding
+from nnsmith_cov.stored import StoredError, number, search_settings, timeout, trusted_backend
 
 BUNDLE_SCHEMA = 1
 

@@ -23,13 +23,13 @@ from typing import Any
 import numpy as np
 
 from nnsmith_cov.bounded_read import DataError, read_json
-from nnsmith_cov.campaign.stored import StoredError, search_settings
 from nnsmith_cov.corpus.records import CorpusError
 from nnsmith_cov.corpus.store import CorpusStore
 from nnsmith_cov.gen.graph_ir import GraphIR, GraphIRError
 from nnsmith_cov.materialize.model_dir import leaf_names
 from nnsmith_cov.ops import is_op
 from nnsmith_cov.replay.foreign import ForeignModel, read_foreign
+from nnsmith_cov.stored import StoredError, search_settings
 
 
 class SourceError(Exception):

@@ -57,9 +57,11 @@ import torch
 
 from nnsmith_cov.abstract import numeric as num
 from nnsmith_cov.abstract.dtype import DType
+from nnsmith_cov.abstract.op import OpSpec
 from nnsmith_cov.gen.feasibility.layout import KEEP_ALL
-from nnsmith_cov.gen.feasibility.refine import DOMAINS
 from nnsmith_cov.gen.graph_ir import GraphIR
+from nnsmith_cov.materialize.search_result import SearchResult
+from nnsmith_cov.ops import ALL_OPS
 from nnsmith_cov.search.adam import MaskedAdam
 from nnsmith_cov.search.demand import NARROW_FIRST, demand_order
 from nnsmith_cov.search.objective import guard_loss, overflow_guard, step_grads, tame
@@ -87,38 +89,20 @@ RESTART_INIT = (-1.0, 1.0)  # floats of every other restart of the gradient meth
 TARGET_MARGIN = 0.02  # how far inside its domain the target's loss aims
 MAX_REDRAWS = 4  # targeted redraws of integer/bool leaves before a full restart
 MAX_PARTIAL = 3  # redraws of a stalled loss's elements that did not shrink, before a full restart
-# Interval domains (the analysis' `DOMAINS`) kept on the float leaves these ops read
-# (`_leaf_boxes`); an open lower bound (Log's 0) moves up by OPEN_FLOOR, where results stay moderate.
+# Interval domains of first inputs (the specs' `input_domains`: Asin's [-1, 1], Log's x > 0)
+# kept on the float leaves these ops read (`_leaf_boxes`); an open lower bound (Log's 0)
+# moves up by OPEN_FLOOR, where results stay moderate.
 OPEN_FLOOR = 1e-3
-LEAF_DOMAINS = {
-    op: (lo + OPEN_FLOOR if lo_open else lo, hi)
-    for op in ("Asin", "Acos", "Sqrt", "Log", "Log2")
-    for lo, hi, lo_open, *_ in DOMAINS[op][:1]
-}
+
+
+def _leaf_domain(op: type[OpSpec]) -> tuple[float, float] | None:
+    d = op.input_domains[0] if op.input_domains else None
+    return None if d is None or not d.bounded else (d.lo + OPEN_FLOOR if d.lo_open else d.lo, d.hi)
+
+
+LEAF_DOMAINS = {op.name(): dom for op in ALL_OPS if (dom := _leaf_domain(op)) is not None}
 SCALE_PROBES = 8  # `_Search.scale_down` tries 1/4, 1/16, ... 1/4**8 of the cone's values
 MAX_BOOST = 256.0  # the most a plateau lengthens steps
-
-
-@dataclass
-class SearchResult:
-    """Values found (or the last tried) and, when `ok`, the oracle outputs."""
-
-    ok: bool
-    values: dict[int, np.ndarray]
-    oracle: dict[int, np.ndarray] = field(default_factory=dict)
-    iterations: int = 0
-    restarts: int = 0
-    elapsed_ms: float = 0.0
-    failed_op: str | None = None  # op still making NaN/Inf when the budget ran out
-
-    def summary(self) -> dict:
-        return {
-            "ok": self.ok,
-            "iterations": self.iterations,
-            "restarts": self.restarts,
-            "elapsed_ms": round(self.elapsed_ms, 3),
-            "failed_op": self.failed_op,
-        }
 
 
 def _leaf_boxes(graph: GraphIR) -> dict[int, tuple[float, float]]:

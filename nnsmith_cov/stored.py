@@ -3,6 +3,9 @@
 A downloaded bundle or campaign folder is data, never code: every value is checked for its
 type and range before it reaches a worker, and a backend or collector it names must be built
 in, or a plug-in (`module:Class`) the user named on the command line.
+
+Top level, beside `bounded_read`: the campaign, the oracle's bundles and replay all read
+stored settings, so this sits below each of them.
 """
 
 from __future__ import annotations
