@@ -10,48 +10,22 @@ import argparse
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-# Most operators per graph. Generation grows faster than linearly with the graph (one Z3
-# solver holds every constraint): 100 operators take ~2 s here, 200 ~15 s, and 400 spend
-# the default solver budget; past that a campaign would run for minutes without a test.
-MAX_NODES = 200
+from nnsmith_cov.flag_values import MAX_NODES as MAX_NODES  # (its home is the flag values; named here too)
+from nnsmith_cov.flags import RESUME_FLAGS, CliError, command_parser
+
+if TYPE_CHECKING:
+    from nnsmith_cov.campaign.fuzz_config import FuzzConfig
 
 # What a campaign folder holds; a new campaign refuses a folder holding any of them.
 CAMPAIGN_FILES = ("config.json", "lmdb", "findings.jsonl", "findings", "stats.json")
 # What a model folder from `generate` holds; replacing them needs --force.
 MODEL_FILES = ("graph.json", "model.onnx", "record.json", "inputs.npz", "oracle.npz", "graph.txt")
 
-# The `fuzz` flags a resume takes: when to stop, how many workers, the op-support cache, how
-# status is printed, and which plug-ins to trust. Everything else is the campaign's own.
-RESUME_FLAGS = (
-    "resume",
-    "time",
-    "tests",
-    "workers",
-    "worker_mem_mb",
-    "status_every",
-    "support_cache",
-    "no_support",
-    "plugin",
-)
-
 
 def _error(message: str) -> Exception:
-    from nnsmith_cov.cli import CliError  # (cli imports this module)
-
     return CliError(message)
-
-
-def nodes(text: str) -> int:
-    """--nodes: an integer in 1..MAX_NODES."""
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if not 1 <= n <= MAX_NODES:
-        raise argparse.ArgumentTypeError(f"must be in 1..{MAX_NODES}: {text}")
-    return n
 
 
 def check_folder_path(path: Path, flag: str) -> None:
@@ -115,13 +89,11 @@ def check_batch_folder(path: Path, seeds: range, force: bool) -> None:
 
 def given_flags(argv: Sequence[str], command: str) -> set[str]:
     """The dests of `command`'s options that `argv` names (not those left at their default)."""
-    from nnsmith_cov.cli import _parser
-
-    parser = _parser()
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    for action in sub.choices[command]._actions:
+    parser = command_parser(command)
+    for action in parser._actions:
         action.default = argparse.SUPPRESS  # unset unless given
-    return set(vars(parser.parse_args(list(argv)))) - {"command"}
+    rest = list(argv)[1:] if list(argv[:1]) == [command] else list(argv)
+    return set(vars(parser.parse_args(rest)))
 
 
 def check_resume_flags(argv: Sequence[str]) -> None:
@@ -130,14 +102,16 @@ def check_resume_flags(argv: Sequence[str]) -> None:
     extra = sorted(given_flags(argv, "fuzz") - set(RESUME_FLAGS))
     if extra:
         names = ", ".join("--" + d.replace("_", "-") for d in extra)
-        takes = ", ".join("--" + d.replace("_", "-") for d in RESUME_FLAGS[1:])
+        takes = ", ".join("--" + d.replace("_", "-") for d in RESUME_FLAGS if d != "resume")
         raise _error(f"fuzz --resume runs with the campaign's own settings; it does not take {names} (only {takes})")
 
 
 def restore_fuzz_args(args: argparse.Namespace) -> None:
-    """Fill `args` from the stored config of the campaign being resumed, each value checked for
-    its type and range; --time and --tests given now replace the stored limits."""
+    """Fill `args` from the stored config of the campaign being resumed (read back by
+    `FuzzConfig.from_json`, every value checked); --time and --tests given now replace the
+    stored limits."""
     from nnsmith_cov.bounded_read import DataError, read_json_dict
+    from nnsmith_cov.campaign.fuzz_config import FuzzConfig
 
     path = args.resume / "config.json"
     if not args.resume.is_dir():
@@ -151,70 +125,31 @@ def restore_fuzz_args(args: argparse.Namespace) -> None:
     except DataError as e:
         raise _error(f"unreadable campaign config: {e}") from None
     try:
-        _restore(args, c, args.plugin or [])
-    except (ValueError, KeyError, TypeError) as e:
-        what = f"lacks {e}" if isinstance(e, KeyError) else str(e)
-        raise _error(f"{path}: unusable campaign config: {what}") from None
+        cfg = FuzzConfig.from_json(c, args.plugin or [])
+    except (ValueError, TypeError) as e:
+        raise _error(f"{path}: unusable campaign config: {e}") from None
+    _to_args(cfg, args)
     args.output = args.resume
 
 
-def _restore(args: argparse.Namespace, c: dict[str, Any], plugins: Sequence[str]) -> None:
-    from nnsmith_cov.abstract.op import MAX_OPSET, MIN_OPSET
-    from nnsmith_cov.bounded_read import shown
-    from nnsmith_cov.campaign.stored import (
-        StoredError,
-        is_number,
-        number,
-        search_settings,
-        timeout,
-        trusted_backend,
-        trusted_collector,
-    )
-    from nnsmith_cov.gen.generator import GenConfig
-
-    def of(obj: dict, key: str, kind: type | tuple, default: Any = KeyError, ok=lambda v: True, rule: str = "") -> Any:
-        if key not in obj:
-            if default is KeyError:
-                raise KeyError(key)
-            return default
-        v = obj[key]
-        kinds = kind if isinstance(kind, tuple) else (kind,)
-        bad_bool = isinstance(v, bool) and bool not in kinds
-        if bad_bool or not isinstance(v, kinds) or not ok(v):
-            raise StoredError(f"{key} must be {rule or ' or '.join(k.__name__ for k in kinds)}, not {shown(v)}")
-        return v
-
-    def strs(v: Any) -> bool:
-        return isinstance(v, list) and all(isinstance(s, str) for s in v)
-
-    pos_int = lambda v: v >= 1
-    gen = of(c, "generator", dict)
-    args.ops = of(gen, "ops", list, ok=strs, rule="a list of operator names")
-    args.generator = of(gen, "name", str, "nnsmith", lambda v: v in ("nnsmith", "graphfuzzer", "lemon"), "a generator")
-    args.nodes = of(gen, "nodes", int, ok=lambda v: 1 <= v <= MAX_NODES, rule=f"an integer in 1..{MAX_NODES}")
-    args.no_binning = not of(gen, "binning", bool)
-    args.max_elems = of(gen, "max_elems", int, ok=pos_int, rule="a positive integer")
-    args.timeout_ms = of(gen, "timeout_ms", int, ok=pos_int, rule="a positive integer")
-    args.solver_work = of(gen, "work_budget", int, GenConfig.work_budget, pos_int, "a positive integer")
-    in_range = lambda v: bool(v) and all(type(o) is int and MIN_OPSET <= o <= MAX_OPSET for o in v)
-    args.opsets = of(gen, "opsets", list, list(GenConfig.opsets), in_range, f"opsets in {MIN_OPSET}..{MAX_OPSET}")
-    share = lambda v: v is None or (is_number(v) and 0 <= v <= 1)
-    args.dynamic = of(gen, "dynamic_prob", (int, float, type(None)), 0.0, share, "a share in [0, 1]")
-    args.roundtrip = of(gen, "roundtrip_prob", (int, float, type(None)), 0.0, share, "a share in [0, 1]")
-    backends = of(c, "backends", list, ok=lambda v: bool(v), rule="a non-empty list of backends")
-    args.backends = [trusted_backend(b, plugins, "backends") for b in backends]
-    args.seed = of(c, "seed", int, ok=lambda v: 0 <= v < 2**63, rule="an integer in [0, 2^63)")
-    args.rtol, args.atol = number(c, "rtol", "config", 1e-2), number(c, "atol", "config", 1e-3)
-    args.half_rtol, args.half_atol = number(c, "half_rtol", "config", 5e-2), number(c, "half_atol", "config", 1e-2)
-    args.timeout_s = timeout(c, "config", 60.0)
-    args.search = search_settings(of(c, "search", dict), "config").get("method", "gradient")
-    args.no_localize = not of(c, "localize", bool)
-    args.collector = trusted_collector(of(c, "collector", (str, type(None))), plugins, "collector") or "none"
-    args.cov_targets = of(c, "cov_targets", list, [], strs, "a list of strings")
-    args.pass_filter = of(c, "pass_filters", (list, type(None)), None, lambda v: v is None or strs(v), "paths")
-    args.feedback = "on" if of(c, "feedback", bool) else "off"
-    args.mutation = "on" if of(c, "mutation", bool, False) else "off"  # campaigns from before mutation: off
-    time_s = of(c, "time_s", (int, float, type(None)), None, lambda v: v is None or (is_number(v) and v > 0))
-    tests = of(c, "max_tests", (int, type(None)), None, lambda v: v is None or v >= 1, "a positive integer")
-    args.time = args.time if args.time is not None else time_s
-    args.tests = args.tests if args.tests is not None else tests
+def _to_args(cfg: FuzzConfig, args: argparse.Namespace) -> None:
+    """The flags that would have started the campaign `cfg` describes."""
+    gen, settings = cfg.gen, cfg.settings
+    args.ops = [op.name() for op in gen.ops]
+    args.generator = cfg.generator
+    args.nodes, args.no_binning, args.max_elems = gen.nodes, not gen.binning, gen.max_elems
+    args.timeout_ms, args.solver_work, args.opsets = gen.timeout_ms, gen.work_budget, list(gen.opsets)
+    args.dynamic = None if cfg.dynamic_arm else gen.dynamic_prob
+    args.roundtrip = None if cfg.roundtrip_arm else gen.roundtrip_prob
+    args.backends, args.seed = list(settings.backends), cfg.seed
+    args.rtol, args.atol = settings.rtol, settings.atol
+    args.half_rtol, args.half_atol = settings.half_rtol, settings.half_atol
+    args.timeout_s = settings.timeout_s
+    args.search = settings.search.get("method", "gradient")
+    args.no_localize = not settings.localize
+    args.collector = cfg.collector or "none"
+    args.cov_targets, args.pass_filter = cfg.cov_targets, cfg.pass_filters
+    args.feedback = "on" if cfg.feedback else "off"
+    args.mutation = "on" if cfg.mutation else "off"
+    args.time = args.time if args.time is not None else cfg.time_s
+    args.tests = args.tests if args.tests is not None else cfg.max_tests

@@ -183,3 +183,233 @@ def test_output_folders_that_hold_nothing_of_ours_are_taken(tmp_path):
     check_new_campaign(tmp_path / "new" / "deeper", "-o")
     (tmp_path / "graph.json").write_text("{}")
     check_model_folder(tmp_path, force=True)
+
+
+# -- the flag table --------------------------------------------------------------------------
+
+
+def _subparsers() -> dict:
+    import argparse
+
+    from nnsmith_cov.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(sub.choices)
+
+
+def _action(parser, flag):
+    for a in parser._actions:
+        if (flag.positional and a.dest == flag.names[0]) or (
+            a.option_strings and tuple(a.option_strings) == flag.names
+        ):
+            return a
+    return None
+
+
+def test_every_flag_of_the_table_reaches_the_parsers_that_list_it():
+    from nnsmith_cov.flags import FLAGS
+
+    parsers = _subparsers()
+    for flag in FLAGS:
+        for command in flag.commands:
+            action = _action(parsers[command], flag)
+            assert action is not None, f"{command} lacks {flag.names}"
+            default, help_text, required = flag.use(command)
+            assert action.dest == flag.key and action.help == help_text, (command, flag.names)
+            assert action.default == (False if flag.switch else default), (command, flag.names)
+            groups = [g for g in parsers[command]._mutually_exclusive_groups if action in g._group_actions]
+            assert all(g.required for g in groups) and (not groups or flag.exclusive)
+            if not flag.positional:  # (one of a required group is required; none of it alone)
+                assert action.required == (required and not groups), (command, flag.names)
+            if flag.value is not None:
+                assert action.type is flag.value, (command, flag.names)
+            assert action.choices == flag.choices, (command, flag.names)
+            assert action.nargs == (0 if flag.switch else flag.nargs), (command, flag.names)
+
+
+# Commands that still add their own flags (not yet rows of the table).
+OWN_FLAGS = {"reduce", "triage"}
+
+
+def test_the_parsers_take_no_flag_outside_the_table():
+    from nnsmith_cov.flags import flags_of
+
+    for command, parser in _subparsers().items():
+        if command in OWN_FLAGS:
+            continue
+        rows = flags_of(command)
+        own = {a.dest for a in parser._actions if a.dest != "help"}
+        assert own == {f.key for f in rows}, command
+        assert len({f.names for f in rows}) == len(rows), f"{command} takes a flag twice"
+
+
+def test_durations_carry_their_unit_in_the_name_or_the_value():
+    from nnsmith_cov.flag_values import duration
+    from nnsmith_cov.flags import FLAGS
+
+    timed = [f for f in FLAGS if f.unit in ("s", "ms")]
+    assert {"--time", "--timeout-s", "--timeout-ms", "--status-every", "--search-budget-ms"} <= {
+        n for f in timed for n in f.names
+    }
+    for flag in timed:
+        in_name = all(n.endswith(f"-{flag.unit}") for n in flag.names)
+        assert in_name or (flag.value is duration and duration("5m") == 300), flag.names
+
+
+def test_choices_kept_beside_their_owners_agree():
+    """Rows whose choices are spelled in the table (to keep it free of heavy imports) list
+    what their owners take."""
+    from nnsmith_cov.baselines import FEEDBACK_ARMS
+    from nnsmith_cov.flags import FLAGS
+    from nnsmith_cov.replay.engine import CLOCKS
+    from nnsmith_cov.search.gradient import METHODS
+
+    choices = {f.names[0]: f.choices for f in FLAGS}
+    assert choices["--clock"] == CLOCKS and choices["--search"] == METHODS
+    assert set(choices["--generator"]) == set(FEEDBACK_ARMS)
+
+
+def test_resume_takes_the_rows_marked_for_it():
+    from nnsmith_cov.cli_checks import given_flags
+    from nnsmith_cov.flags import RESUME_FLAGS
+
+    assert set(RESUME_FLAGS) == {"resume", "time", "tests", "workers", "worker_mem_mb", "status_every"} | {
+        "support_cache",
+        "no_support",
+        "plugin",
+    }
+    given = given_flags(
+        ["fuzz", "--resume", "x", "--time", "5m", "--workers", "2", "--plugin", "a:B", "--no-su"], "fuzz"
+    )
+    assert given == {"resume", "time", "workers", "plugin", "no_support"}  # (abbreviations too)
+
+
+def test_subcommands_are_registered_from_one_list(capsys):
+    from nnsmith_cov.cli import COMMANDS
+
+    names = list(_subparsers())
+    assert len(names) >= len(COMMANDS) and all(callable(m.add_parser) and callable(m.main) for m in COMMANDS)
+    for name in ("generate", "batch", "fuzz", "coverage", "repro", "ops", "report", "replay", "reduce", "triage"):
+        assert name in names
+        with pytest.raises(SystemExit) as done:  # each one's help renders (argparse formats every row)
+            main([name, "--help"])
+        assert done.value.code == 0 and f"nnsmith-cov {name}" in capsys.readouterr().out
+
+
+def test_command_modules_import_nothing_private_from_cli():
+    import ast
+    from pathlib import Path
+
+    import nnsmith_cov
+
+    root = Path(nnsmith_cov.__file__).parent
+    for path in [*root.rglob("command*.py"), *(root / "commands").glob("*.py"), root / "cli_checks.py"]:
+        tree = ast.parse(path.read_text())
+        named = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+        assert "nnsmith_cov.cli" not in named, f"{path.relative_to(root)} imports from cli"
+
+
+# -- config.json: FuzzConfig.to_json / from_json ------------------------------------------------
+
+
+def _rich_config():
+    """A FuzzConfig with every field away from its default."""
+    from nnsmith_cov.campaign.fuzz_config import FuzzConfig
+    from nnsmith_cov.campaign.testcase import CaseSettings
+    from nnsmith_cov.gen.generator import GenConfig
+    from nnsmith_cov.ops import select_ops
+
+    gen = GenConfig(
+        nodes=7,
+        ops=select_ops(["Add", "Relu", "Conv2d"]),
+        binning=False,
+        max_elems=4096,
+        timeout_ms=1234,
+        work_budget=777,
+        opsets=(13, 17),
+        roundtrip_prob=0.25,
+    )
+    settings = CaseSettings(
+        ["ort", "tvm"],
+        rtol=0.5,
+        atol=0.25,
+        half_rtol=0.125,
+        half_atol=0.0625,
+        timeout_s=9.0,
+        search={"method": "sampling", "max_iters": 32, "budget_ms": 100.0},
+        localize=False,
+    )
+    return FuzzConfig(
+        gen,
+        settings,
+        seed=11,
+        time_s=90.0,
+        max_tests=40,
+        feedback=True,
+        collector="python",
+        cov_targets=["tvm"],
+        pass_filters=["tvm/relax/"],
+        generator="graphfuzzer",
+        dynamic_arm=True,
+        mutation=True,
+    )
+
+
+def test_config_json_round_trips():
+    import json
+
+    from nnsmith_cov.campaign.fuzz_config import CONFIG_SCHEMA, FuzzConfig
+
+    cfg = _rich_config()
+    stored = json.loads(json.dumps(cfg.to_json() | {"versions": {"torch": "x"}, "coverage": None}))
+    assert stored["schema"] == CONFIG_SCHEMA
+    back = FuzzConfig.from_json(stored)
+    assert back.to_json() == cfg.to_json()
+    assert [o.name() for o in back.gen.ops] == sorted(o.name() for o in cfg.gen.ops)  # as a resume always had them
+    assert (back.dynamic_arm, back.roundtrip_arm, back.gen.roundtrip_prob) == (True, False, 0.25)
+    assert back.settings == cfg.settings and back.gen.opsets == (13, 17)
+
+
+def test_a_schema_1_config_is_migrated_with_what_its_absent_keys_meant():
+    from nnsmith_cov.campaign.fuzz_config import FuzzConfig
+
+    old = _rich_config().to_json() | {"schema": 1}
+    for key in ("mutation", "rtol", "time_s", "cov_targets", "pass_filters"):
+        del old[key]
+    for key in ("name", "work_budget", "opsets", "dynamic_prob", "roundtrip_prob"):
+        del old["generator"][key]
+    cfg = FuzzConfig.from_json(old)
+    assert (cfg.mutation, cfg.settings.rtol, cfg.time_s, cfg.cov_targets, cfg.pass_filters) == (
+        False,
+        0.01,
+        None,
+        [],
+        None,
+    )
+    assert (cfg.generator, cfg.gen.work_budget, cfg.gen.opsets) == ("nnsmith", 10_000_000, (20,))
+    assert not cfg.dynamic_arm and cfg.gen.dynamic_prob == 0.0
+    del old["schema"]  # (files from before the schema key are schema 1)
+    assert FuzzConfig.from_json(old).to_json() == cfg.to_json()
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"schema": 3}, "schema 3: this nnsmith-cov reads config schemas 1..2"),
+        ({"schema": "2"}, "schema '2'"),
+        ({"schema": True}, "schema True"),
+        ({"mutation": None}, "lacks 'mutation'"),  # schema 2 implies nothing
+        ({"rtol": None}, "lacks 'rtol'"),
+    ],
+)
+def test_an_unknown_schema_or_a_missing_key_is_a_one_line_error(tmp_path, capsys, change, message):
+    import json
+
+    config = _rich_config().to_json()
+    for k, v in change.items():
+        config.pop(k) if v is None else config.__setitem__(k, v)
+    (tmp_path / "lmdb").mkdir()
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert main(["fuzz", "--resume", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unusable campaign config" in err and message in err

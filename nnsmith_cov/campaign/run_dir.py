@@ -1,7 +1,8 @@
 """The folder of one fuzzing run: its configuration, findings, statistics and worker logs.
 
-RUN/config.json       RUN_SCHEMA, the run's settings and package versions, e.g.
-                      {"schema": 1, "seed": 1, "backends": ["ort", "tvm"], "nodes": 10, ...,
+RUN/config.json       the run's settings (FuzzConfig.to_json, its own CONFIG_SCHEMA: see
+                      campaign/fuzz_config.py) and package versions, e.g.
+                      {"schema": 2, "seed": 1, "backends": ["ort", "tvm"], "nodes": 10, ...,
                        "versions": {"torch": "2.13.0+cpu", "tvm": "0.27.0.post1"}}
 RUN/stats.json        counters, rewritten (temp file + rename) every few seconds and at the end
 RUN/findings.jsonl    one line per finding: {"test": 3, "seed": 77, "signature": "...",

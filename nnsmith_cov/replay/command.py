@@ -3,54 +3,23 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
+
+from nnsmith_cov.cli_checks import check_new_campaign, make_folder
+from nnsmith_cov.commands.events import print_event
+from nnsmith_cov.flags import CliError, add_flags
 
 
 def add_parser(sub: Any) -> None:
     """Register `replay` on the CLI's subcommand set."""
-    from nnsmith_cov.cli import _backends, _collector, _duration, _positive, _seed
-    from nnsmith_cov.replay.engine import CLOCKS
-
     p = sub.add_parser(
         "replay",
         help="re-run corpora, bug bundles or ONNX models under a collector into a new campaign corpus",
     )
-    p.add_argument(
-        "sources",
-        nargs="+",
-        type=Path,
-        metavar="SOURCE",
-        help="campaign folders, folders of bundles / model folders / .onnx files, or .onnx files",
-    )
-    p.add_argument("-o", "--corpus", "--output", dest="output", type=Path, required=True, help="new campaign folder")
-    p.add_argument("--backends", type=_backends, default=["ort", "tvm"], help="comma list (default ort,tvm)")
-    p.add_argument(
-        "--collector",
-        type=_collector,
-        default="python",
-        help="python, llvm, binary, python+binary or module:Class (default python)",
-    )
-    p.add_argument(
-        "--cov-targets",
-        type=lambda t: [s for s in t.split(",") if s],
-        default=[],
-        help="what the collector measures (default: the collector's own)",
-    )
-    p.add_argument("--pass-filter", nargs="+", metavar="PATH", help="pass-only folders/files (default per collector)")
-    p.add_argument(
-        "--clock",
-        choices=CLOCKS,
-        help="time stamps: source (a campaign's own; default for corpora), mtime (file order), "
-        "replay (the replay's own clock; default otherwise)",
-    )
-    p.add_argument("--seed", type=_seed, default=0, help="seed of the random inputs of foreign models (default 0)")
-    p.add_argument("--sym-dim", type=_positive, default=1, help="value of symbolic dimensions (default 1)")
-    p.add_argument("--timeout-s", type=_duration, default=60.0, help="per worker request (default 60)")
-    p.add_argument("--no-localize", action="store_true", help="do not re-run failures at O0")
+    add_flags(p, "replay")
 
 
-def cmd_replay(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -58,8 +27,6 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from nnsmith_cov.campaign.status import summary
     from nnsmith_cov.campaign.testcase import CaseSettings
     from nnsmith_cov.campaign.worker_handle import WorkerStartError
-    from nnsmith_cov.cli import CliError
-    from nnsmith_cov.cli_checks import check_new_campaign, make_folder
     from nnsmith_cov.corpus.records import CorpusError
     from nnsmith_cov.replay.engine import Replayer, ReplayError, default_clock, plan, replay_config
     from nnsmith_cov.replay.sources import SourceError, open_sources
@@ -158,6 +125,4 @@ def _print_event(console: Any, event: tuple[str, Any, Any]) -> None:
     elif kind == "rejected":
         console.print(f"[yellow]refused[/] by {detail['backend']} at import: {what}")
     else:
-        from nnsmith_cov.cli import _print_event as print_finding
-
-        print_finding(console, event)
+        print_event(console, event)

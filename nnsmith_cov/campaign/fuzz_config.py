@@ -1,0 +1,225 @@
+"""A campaign's settings, `FuzzConfig`, and its config.json: `to_json` writes it when the
+campaign starts, `from_json` reads it back for `fuzz --resume`, checking every value (a
+campaign folder is data, and may come from anyone) and migrating older schemas explicitly.
+
+config.json, schema 2 (besides the keys below: "versions", "coverage", and for a replay
+"replay", which describe the run rather than set it, and are not read back here):
+
+  {"schema": 2, "seed": 0, "time_s": 600.0, "max_tests": null, "feedback": true,
+   "mutation": true, "collector": "python", "cov_targets": [], "pass_filters": null,
+   "generator": {"nodes": 10, "binning": true, "max_elems": 65536, "timeout_ms": 60000,
+                 "work_budget": 10000000, "opsets": [11, ..., 20], "dynamic_prob": null,
+                 "roundtrip_prob": null, "ops": ["Abs", "Add", ...], "name": "nnsmith",
+                 "feedback_arms": ["op", "direction", ...]},
+   "backends": ["ort", "tvm"], "rtol": 0.01, "atol": 0.001, "half_rtol": 0.05,
+   "half_atol": 0.01, "timeout_s": 60.0,
+   "search": {"method": "gradient", "max_iters": 256, "budget_ms": 5000}, "localize": true}
+
+("dynamic_prob"/"roundtrip_prob" null: the scheduler chooses the share; "feedback_arms" is
+derived from the generator and feedback, written for readers, not read back.)
+
+Schemas:
+  1  the first layout (a file without "schema" is one). Keys added after it began may be
+     absent, and then stand for the settings of the runs made before them: `_V1_ABSENT`.
+  2  the same keys, every one written and required: absence is an error, never a default.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from nnsmith_cov.baselines import FEEDBACK_ARMS
+from nnsmith_cov.bounded_read import shown
+from nnsmith_cov.campaign.testcase import CaseSettings
+from nnsmith_cov.flag_values import MAX_NODES
+from nnsmith_cov.gen.generator import GenConfig
+from nnsmith_cov.stored import (
+    StoredError,
+    is_number,
+    number,
+    search_settings,
+    timeout,
+    trusted_backend,
+    trusted_collector,
+)
+
+CONFIG_SCHEMA = 2
+READS = (1, 2)  # the schemas `from_json` takes (1 through `_migrate_1`)
+
+# What a schema-1 config.json may lack, and what its absence meant (frozen here: a later
+# change of a default must not change how an old campaign resumes).
+_V1_ABSENT: dict[str, Any] = {
+    "time_s": None,
+    "max_tests": None,
+    "mutation": False,  # campaigns from before mutation did not mutate
+    "cov_targets": [],
+    "pass_filters": None,
+    "rtol": 1e-2,
+    "atol": 1e-3,
+    "half_rtol": 5e-2,
+    "half_atol": 1e-2,
+    "timeout_s": 60.0,
+}
+_V1_GEN_ABSENT: dict[str, Any] = {
+    "name": "nnsmith",
+    "work_budget": 10_000_000,
+    "opsets": [20],  # before opset choice, every graph was exported at 20
+    "dynamic_prob": 0.0,
+    "roundtrip_prob": 0.0,
+}
+
+
+@dataclass
+class FuzzConfig:
+    gen: GenConfig
+    settings: CaseSettings
+    seed: int = 0
+    time_s: float | None = None  # stop after this long ...
+    max_tests: int | None = None  # ... or after this many test cases, whichever comes first
+    feedback: bool = False  # the scheduler biases choices toward new coverage (else plain NNSmith)
+    collector: str = ""  # recorded so that a resumed campaign measures the same way
+    cov_targets: list[str] = field(default_factory=list)
+    pass_filters: list[str] | None = None  # None: the collector's defaults (coverage.collector.PASS_FILTERS)
+    timeline_s: float = 5.0  # a coverage-over-time point at least this often
+    generator: str = "nnsmith"  # or a baseline: graphfuzzer, lemon (nnsmith_cov.baselines)
+    dynamic_arm: bool = False  # the scheduler chooses the share of dynamic-dim exports (gen.dynamic_prob unused)
+    roundtrip_arm: bool = False  # ... and of graphs compiled from the IR's text (gen.roundtrip_prob unused)
+    mutation: bool = False  # with feedback, seeded tests may mutate their parent's draws (else only grow it)
+
+    def to_json(self) -> dict[str, Any]:
+        gen = self.gen
+        return {
+            "schema": CONFIG_SCHEMA,
+            "seed": self.seed,
+            "time_s": self.time_s,
+            "max_tests": self.max_tests,
+            "feedback": self.feedback,
+            "mutation": self.mutation,
+            "collector": self.collector,
+            "cov_targets": self.cov_targets,
+            "pass_filters": self.pass_filters,
+            "generator": {
+                "nodes": gen.nodes,
+                "binning": gen.binning,
+                "max_elems": gen.max_elems,
+                "timeout_ms": gen.timeout_ms,
+                "work_budget": gen.work_budget,
+                "opsets": list(gen.opsets),
+                "dynamic_prob": None if self.dynamic_arm else gen.dynamic_prob,  # None: the scheduler's
+                "roundtrip_prob": None if self.roundtrip_arm else gen.roundtrip_prob,
+                "ops": sorted(o.name() for o in gen.ops),
+                "name": self.generator,
+                # the scheduler's knobs this generator follows (none without feedback)
+                "feedback_arms": list(FEEDBACK_ARMS[self.generator]) if self.feedback else [],
+            },
+        } | self.settings.to_json()
+
+    @classmethod
+    def from_json(cls, obj: object, plugins: Collection[str] = ()) -> FuzzConfig:
+        """The settings a config.json holds, every value checked; StoredError (one line) for
+        what does not fit: an unknown schema, a missing key, a value of the wrong type or range,
+        a plug-in backend or collector not in `plugins` (those the user named on the command
+        line; data never imports code)."""
+        return _read(_current(obj), plugins)
+
+
+def _current(obj: object) -> dict[str, Any]:
+    """`obj` in the layout of CONFIG_SCHEMA: older schemas migrated, unknown ones refused."""
+    if not isinstance(obj, dict):
+        raise StoredError(f"expected a JSON object, not {shown(obj)}")
+    schema = obj.get("schema", 1)
+    if type(schema) is not int or schema not in READS:
+        raise StoredError(f"schema {shown(schema)}: this nnsmith-cov reads config schemas {READS[0]}..{READS[-1]}")
+    return _migrate_1(obj) if schema == 1 else obj
+
+
+def _migrate_1(obj: dict[str, Any]) -> dict[str, Any]:
+    """A schema-1 config as schema 2: the keys it lacks, with what their absence meant."""
+    out = copy.deepcopy(obj)
+    for key, value in _V1_ABSENT.items():
+        out.setdefault(key, copy.deepcopy(value))
+    if isinstance(out.get("generator"), dict):
+        for key, value in _V1_GEN_ABSENT.items():
+            out["generator"].setdefault(key, copy.deepcopy(value))
+    out["schema"] = 2
+    return out
+
+
+def _of(
+    obj: Mapping[str, Any], key: str, kind: type | tuple, ok: Callable[[Any], bool] = lambda _: True, rule: str = ""
+) -> Any:
+    """`obj[key]`, of `kind` and passing `ok`; StoredError names the key otherwise."""
+    if key not in obj:
+        raise StoredError(f"lacks {key!r}")
+    value = obj[key]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    bad_bool = isinstance(value, bool) and bool not in kinds
+    if bad_bool or not isinstance(value, kinds) or not ok(value):
+        raise StoredError(f"{key} must be {rule or ' or '.join(k.__name__ for k in kinds)}, not {shown(value)}")
+    return value
+
+
+def _strs(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(s, str) for s in v)
+
+
+def _read(c: dict[str, Any], plugins: Collection[str]) -> FuzzConfig:
+    from nnsmith_cov.abstract.op import MAX_OPSET, MIN_OPSET
+    from nnsmith_cov.ops import select_ops
+
+    pos_int, pos_rule = (lambda v: v >= 1), "a positive integer"
+    share = lambda v: v is None or (is_number(v) and 0 <= v <= 1)
+    maybe_share = (int, float, type(None))
+    gen = _of(c, "generator", dict)
+    names = _of(gen, "ops", list, _strs, "a list of operator names")
+    try:
+        ops = select_ops(names)
+    except ValueError as e:
+        raise StoredError(str(e)) from None
+    in_range = lambda v: bool(v) and all(type(o) is int and MIN_OPSET <= o <= MAX_OPSET for o in v)
+    dynamic = _of(gen, "dynamic_prob", maybe_share, share, "a share in [0, 1]")
+    roundtrip = _of(gen, "roundtrip_prob", maybe_share, share, "a share in [0, 1]")
+    gen_cfg = GenConfig(
+        nodes=_of(gen, "nodes", int, lambda v: 1 <= v <= MAX_NODES, f"an integer in 1..{MAX_NODES}"),
+        ops=ops,
+        binning=_of(gen, "binning", bool),
+        max_elems=_of(gen, "max_elems", int, pos_int, pos_rule),
+        timeout_ms=_of(gen, "timeout_ms", int, pos_int, pos_rule),
+        work_budget=_of(gen, "work_budget", int, pos_int, pos_rule),
+        opsets=tuple(_of(gen, "opsets", list, in_range, f"opsets in {MIN_OPSET}..{MAX_OPSET}")),
+        dynamic_prob=float(dynamic or 0.0),
+        roundtrip_prob=float(roundtrip or 0.0),
+    )
+    backends = _of(c, "backends", list, bool, "a non-empty list of backends")
+    for key in ("rtol", "atol", "half_rtol", "half_atol", "timeout_s"):
+        if key not in c:  # (schema 2 implies nothing; `number` below checks type and range)
+            raise StoredError(f"lacks {key!r}")
+    settings = CaseSettings(
+        backends=[trusted_backend(b, plugins, "backends") for b in backends],
+        rtol=number(c, "rtol", "config", 0),
+        atol=number(c, "atol", "config", 0),
+        half_rtol=number(c, "half_rtol", "config", 0),
+        half_atol=number(c, "half_atol", "config", 0),
+        timeout_s=timeout(c, "config", 0),
+        search=search_settings(_of(c, "search", dict), "config"),
+        localize=_of(c, "localize", bool),
+    )
+    time_s = _of(c, "time_s", (int, float, type(None)), lambda v: v is None or (is_number(v) and v > 0))
+    return FuzzConfig(
+        gen_cfg,
+        settings,
+        seed=_of(c, "seed", int, lambda v: 0 <= v < 2**63, "an integer in [0, 2^63)"),
+        time_s=time_s,
+        max_tests=_of(c, "max_tests", (int, type(None)), lambda v: v is None or v >= 1, pos_rule),
+        feedback=_of(c, "feedback", bool),
+        collector=trusted_collector(_of(c, "collector", (str, type(None))), plugins, "collector"),
+        cov_targets=list(_of(c, "cov_targets", list, _strs, "a list of strings")),
+        pass_filters=_of(c, "pass_filters", (list, type(None)), lambda v: v is None or _strs(v), "paths"),
+        generator=_of(gen, "name", str, lambda v: v in FEEDBACK_ARMS, "a generator"),
+        dynamic_arm=dynamic is None,
+        roundtrip_arm=roundtrip is None,
+        mutation=_of(c, "mutation", bool),
+    )
