@@ -16,8 +16,8 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from nnsmith_cov.campaign.op_support import default_cache_dir, load_or_probe, restrict_ops
 from nnsmith_cov.campaign.fuzz_loop import FuzzConfig, Fuzzer
+from nnsmith_cov.campaign.op_support import default_cache_dir, load_or_probe, restrict_ops
 from nnsmith_cov.campaign.run_dir import RunDir
 from nnsmith_cov.campaign.testcase import CaseSettings
 from nnsmith_cov.campaign.worker_handle import WorkerHandle

@@ -13,6 +13,7 @@ from nnsmith_cov.oracle.signature import (
     headline,
     mismatch_signature,
     normalize,
+    same_signature,
     short_id,
 )
 
@@ -155,3 +156,74 @@ def test_shapes_of_any_rank_are_one_token():
     b = "R.Tensor((2, 3, 4), dtype='float16') vs lv7"
     assert normalize(a) == normalize(b) == "R.Tensor((S), dtype='float16') vs lv#"
     assert normalize("R.Tensor((2,), dtype='float16')") != normalize("R.Tensor((2,), dtype='float64')")
+
+
+# Real messages of PyTorch's exporter (campaign bundles): one cause each, differing only in the
+# instance the exporter stopped at (value names, dims, strides, source lines).
+ADAPTIVE_AVG = (
+    "Unsupported: ONNX export of operator adaptive_avg_pool2d, input size not "
+    "accessible. Please feel free to request support or submit a pull request on PyTorch GitHub: "
+    "https://github.com/pytorch/pytorch/issues  [Caused by the value 'x.3 defined in (%x.3 : Half(6, 48, 10, *, "
+    "strides=[10560, 220, 22, 1], requires_grad=0, device=cpu) = onnx::Concat[axis=3](%32, %60), scope: "
+    "nnsmith_cov.materialize.torch_module.GraphModule:: # /work/main/nnsmith_cov/ops/shape.py:299:0\n    )' (type "
+    "'Tensor') in the TorchScript graph."
+)
+ADAPTIVE_AVG_2 = (
+    "Unsupported: ONNX export of operator adaptive_avg_pool2d, input size not "
+    "accessible. Please feel free to request support or submit a pull request on PyTorch GitHub: "
+    "https://github.com/pytorch/pytorch/issues  [Caused by the value 'x defined in (%x : Float(*, *, *, *, "
+    'strides=[975, 195, 3, 1], requires_grad=0, device=cpu) = onnx::DepthToSpace[blocksize=1, mode="CRD"](%3), '
+    "scope: nnsmith_cov.materialize.torch_module.GraphModule:: # /work/main/nnsmith_cov/ops/nn.py:720:0\n    )'"
+)
+GATHER = (
+    "Failed to export a node '%26 : Long(device=cpu) = onnx::Gather[axis=0](%23, %25), scope: "
+    "nnsmith_cov.materialize.torch_module.GraphModule:: # /work/main/nnsmith_cov/ops/nn.py:430:0"
+)
+
+
+def _torch(message: str) -> str:
+    return error_signature("torch", "export", "-", "SymbolicValueError", message)
+
+
+def test_one_exporter_refusal_is_one_signature_whatever_value_it_names():
+    assert _torch(ADAPTIVE_AVG) == _torch(ADAPTIVE_AVG_2)
+    assert "Caused by" not in _torch(ADAPTIVE_AVG) and "adaptive_avg_pool2d" in _torch(ADAPTIVE_AVG)
+    assert _torch(ADAPTIVE_AVG) != _torch(ADAPTIVE_AVG.replace("adaptive_avg_pool2d", "adaptive_max_pool2d"))
+
+
+def test_two_paths_in_one_error_text_give_one_signature():
+    a = (
+        "RuntimeError: in /work/main/.venv/lib/python3.11/site-packages/tvm/relax/frontend/onnx/onnx_frontend.py:1532 "
+        "called from /project/src/relax/transform/legalize_ops.cc:284: bad axis for Gather"
+    )
+    b = (
+        "RuntimeError: in /home/ci/venv/lib/python3.12/site-packages/tvm/relax/frontend/onnx/onnx_frontend.py:1544 "
+        "called from src/relax/transform/legalize_ops.cc:291: bad axis for Gather"
+    )
+    assert normalize(a) == normalize(b) == "RuntimeError: in <src> called from <src>: bad axis for Gather"
+    assert _torch(GATHER) == _torch(GATHER.replace("%26", "%7").replace("nn.py:430:0", "shape.py:12:4"))
+    assert normalize("File utils.py(1108) failed") != normalize("File utils.py(1108) refused")
+
+
+def test_ir_and_onnx_value_names_are_abstracted_op_types_are_not():
+    a = "Input %onnx::Reshape_12 of node Reshape_3 has shape (2, 3); %x5 = nn.conv2d(%lv1)"
+    b = "Input %onnx::Reshape_7 of node Reshape_3 has shape (4,); %x12 = nn.conv2d(%lv)"
+    assert normalize(a) == normalize(b)
+    assert (
+        normalize("onnx::Reshape_12 failed") == normalize("onnx::Reshape_3 failed") != normalize("onnx::Slice_3 failed")
+    )
+    assert normalize("node with name 'Conv_3'") == normalize("node with name 'Conv_11'") == "node with name 'Conv'"
+    assert normalize("Half(2, *, 3, strides=[6, 3, 1], requires_grad=0, device=cpu)") == "Half(T)"
+    assert normalize("Half(2, 3)") != normalize("Float(2, 3)")
+
+
+def test_a_signature_recorded_before_the_normalization_changed_still_matches():
+    # as SIGNATURE_VERSION 1 wrote it: values and strides kept, the source path kept
+    old = (
+        "torch/export/-: SymbolicValueError: Failed to export a node '%N : Long(device=cpu) = onnx::Gather[axis=N]"
+        "(%N, %N), scope: nnsmith_cov.materialize.torch_module.GraphModule:: # /work/main/nnsmith_cov/ops/nn.py:N:N"
+    )
+    assert same_signature(old, _torch(GATHER))
+    assert not same_signature(old, _torch(GATHER.replace("Gather", "Scatter")))
+    assert same_signature("tvm/compile/O3: SIGSEGV", "tvm/compile/O3: SIGSEGV")
+    assert not same_signature("tvm/compile/O3: SIGSEGV", "tvm/compile/O0: SIGSEGV")

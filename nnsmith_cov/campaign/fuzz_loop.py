@@ -8,7 +8,7 @@ import hashlib
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +17,14 @@ import numpy as np
 from nnsmith_cov import __version__
 from nnsmith_cov.abstract.choice import ReplayDivergence
 from nnsmith_cov.abstract.op import export_forms
-from nnsmith_cov.baselines import FEEDBACK_ARMS, generate_with
+from nnsmith_cov.baselines import generate_with
+from nnsmith_cov.campaign.fuzz_config import FuzzConfig
 from nnsmith_cov.campaign.internal import Breaker, BreakerTripped, InternalError, gen_config_json
 from nnsmith_cov.campaign.ledger import Event, Finished, Ledger
 from nnsmith_cov.campaign.run_dir import RUN_SCHEMA, RunDir
 from nnsmith_cov.campaign.run_stats import RunStats
-from nnsmith_cov.campaign.testcase import CaseResult, CaseSettings, run_test
+from nnsmith_cov.campaign.testcase import CaseResult, run_test
+from nnsmith_cov.campaign.unsupported import SupportLearner
 from nnsmith_cov.campaign.worker_handle import WorkerFault, WorkerHandle, WorkerStartError
 from nnsmith_cov.corpus.records import CorpusError
 from nnsmith_cov.corpus.seeds import Seed, SeedPool
@@ -33,52 +35,6 @@ from nnsmith_cov.feedback import mutate
 from nnsmith_cov.feedback.scheduler import Proposal, Scheduler
 from nnsmith_cov.gen.generator import GenConfig, Generated, GenerationError, GenRecord
 from nnsmith_cov.gen.graph_ir import GraphIR
-
-
-@dataclass
-class FuzzConfig:
-    gen: GenConfig
-    settings: CaseSettings
-    seed: int = 0
-    time_s: float | None = None  # stop after this long ...
-    max_tests: int | None = None  # ... or after this many test cases, whichever comes first
-    feedback: bool = False  # the scheduler biases choices toward new coverage (else plain NNSmith)
-    collector: str = ""  # recorded so that a resumed campaign measures the same way
-    cov_targets: list[str] = field(default_factory=list)
-    pass_filters: list[str] | None = None  # None: the collector's defaults (coverage.collector.PASS_FILTERS)
-    timeline_s: float = 5.0  # a coverage-over-time point at least this often
-    generator: str = "nnsmith"  # or a baseline: graphfuzzer, lemon (nnsmith_cov.baselines)
-    dynamic_arm: bool = False  # the scheduler chooses the share of dynamic-dim exports (gen.dynamic_prob unused)
-    roundtrip_arm: bool = False  # ... and of graphs compiled from the IR's text (gen.roundtrip_prob unused)
-    mutation: bool = False  # with feedback, seeded tests may mutate their parent's draws (else only grow it)
-
-    def to_json(self) -> dict[str, Any]:
-        gen = self.gen
-        return {
-            "seed": self.seed,
-            "time_s": self.time_s,
-            "max_tests": self.max_tests,
-            "feedback": self.feedback,
-            "mutation": self.mutation,
-            "collector": self.collector,
-            "cov_targets": self.cov_targets,
-            "pass_filters": self.pass_filters,
-            "generator": {
-                "nodes": gen.nodes,
-                "binning": gen.binning,
-                "max_elems": gen.max_elems,
-                "timeout_ms": gen.timeout_ms,
-                "work_budget": gen.work_budget,
-                "opsets": list(gen.opsets),
-                "dynamic_prob": None if self.dynamic_arm else gen.dynamic_prob,  # None: the scheduler's
-                "roundtrip_prob": None if self.roundtrip_arm else gen.roundtrip_prob,
-                "ops": sorted(o.name() for o in gen.ops),
-                "name": self.generator,
-                # the scheduler's knobs this generator follows (none without feedback)
-                "feedback_arms": list(FEEDBACK_ARMS[self.generator]) if self.feedback else [],
-            },
-        } | self.settings.to_json()
-
 
 GROW_LIMIT = 4  # a grown graph stays within this many times the configured size
 
@@ -115,6 +71,8 @@ class Fuzzer:
         self.stats = RunStats()
         self.ledger = Ledger(run, self.stats, on_event, cfg.timeline_s)
         self.breaker = Breaker()
+        # What backends refuse at the opsets the campaign exports at, learned as tests meet it.
+        self.support = SupportLearner(cfg.gen.ops, cfg.settings.backends, cfg.settings.timeout_s)
         self.versions: dict[str, str] = {"nnsmith-cov": __version__}
         self.universe: Universe | None = None
         self.use_corpus = corpus
@@ -243,6 +201,8 @@ class Fuzzer:
             try:
                 # Read without the lock: a signature filed meanwhile only costs one more O0 run.
                 result = run_test(worker, gen.graph, test.seed, self.cfg.settings, self.stats.signatures.__contains__)
+                if result.unsupported:
+                    self._learn(worker, gen.graph, result)
             except WorkerFault as e:
                 with self.lock:
                     self._internal(test, InternalError.from_worker("worker", str(e)))
@@ -261,6 +221,17 @@ class Fuzzer:
             with self.lock:
                 self._internal(test, InternalError.from_exception(test.stage, e))
             return None
+
+    def _learn(self, worker: WorkerHandle, graph: GraphIR, result: CaseResult) -> None:
+        """Fold a test's refusals into the campaign's support tables and narrow the generator's
+        ops to match; the probes that tell which op was refused run outside the lock."""
+        found = [(f.backend, self.support.attribute(worker, graph, f)) for f in result.unsupported]
+        with self.lock:
+            learned = [r for backend, pairs in found for r in self.support.learn(backend, pairs, graph.opset)]
+            ops = self.support.ops() if learned else None
+            if ops is not None:
+                self.cfg.gen = dataclasses.replace(self.cfg.gen, ops=ops)
+            self.stats.learned.extend(r.text() for r in learned)
 
     def _generate(self, test: _Test) -> Generated | None:
         """The test's graph: grown from its parent when it has one, else fresh; None (a

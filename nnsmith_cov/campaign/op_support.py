@@ -22,18 +22,18 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from nnsmith_cov.abstract.dtype import DType
-from nnsmith_cov.abstract.op import OpSpec
+from nnsmith_cov.abstract.op import MAX_OPSET, OpSpec
 from nnsmith_cov.campaign.testcase import CaseSettings, prepare, run_backend
-from nnsmith_cov.campaign.worker_handle import Reply, WorkerHandle
+from nnsmith_cov.campaign.worker_handle import Reply, WorkerHandle, WorkerStartError
 from nnsmith_cov.gen.generator import GenConfig, GenerationError, generate
 from nnsmith_cov.gen.graph_ir import GraphIR
+from nnsmith_cov.oracle.refusal import classify
 
 SUPPORT_SCHEMA = 3
 # Instances of an (op, sig) a backend must all refuse to be marked as not supporting it: one
@@ -46,34 +46,12 @@ _PROBE_SEARCH = {"method": "gradient", "max_iters": 64, "budget_ms": 2000}
 _SAVE_EVERY = 25  # probes between cache writes, so an interrupted probe keeps its progress
 _DETAIL_CHARS = 200  # of a failure's message kept in the cache
 CLASSES = ("ok", "untested", "refused", "crash")
-# A backend (or PyTorch) saying it has no implementation for the op and type. Checked after
-# _CRASH: "Check failed: unsupported dtype" is a failed internal check, a bug, not a refusal.
-_REFUSAL = re.compile(
-    r"NOT_IMPLEMENTED|OpNotImplemented|OpAttributeUnImplemented|NotImplemented|not implemented"
-    r"|not supported|unsupported|UnsupportedOperatorError",
-    re.IGNORECASE,
-)
-# Failed checks, deaths, hangs and Python errors inside a frontend ("unsupported operand
-# type(s)" is a TypeError in the importer's own code): bugs, whatever words they use.
-_CRASH = re.compile(
-    r"InternalError|Check failed|^hung |^died"
-    r"|^\w+: (TypeError|AttributeError|KeyError|IndexError|AssertionError|ZeroDivisionError|NameError"
-    r"|UnboundLocalError|RecursionError):"
-)
 # Stages of a failure that PyTorch (the search or the exporter) had, not the backend.
 _TORCH_STAGES = ("reference", "export")
 
 
 class SupportError(Exception):
     """No usable operator is left, or the cache folder is unusable."""
-
-
-def classify(status: str) -> str:
-    """The class of a probe failure's status text ("<stage>: <type>: <message>", "hung at
-    <stage>" or "died: <signal> at <stage>"): "refused" or "crash"."""
-    if _CRASH.search(status):
-        return "crash"
-    return "refused" if _REFUSAL.search(status) else "crash"
 
 
 @dataclass(frozen=True)
@@ -133,9 +111,26 @@ class SupportTable:
     version: str
     torch: str
     entries: dict[str, dict[str, Outcome]] = field(default_factory=dict)  # op -> sig key -> outcome
+    # Learned while a campaign runs (not cached): op -> sig key -> the highest opset at which the
+    # backend said it has no implementation. Taken as refused at every opset up to it (backends
+    # add types to an op in its later versions), so the generator keeps it above that only.
+    refused_at: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def outcome(self, op: str, key: str) -> Outcome | None:
         return self.entries.get(op, {}).get(key)
+
+    def refuse(self, op: str, key: str, opset: int) -> bool:
+        """Record a refusal of (op, sig) at `opset`; True when that is news to the table."""
+        known = self.refused_at.setdefault(op, {})
+        if known.get(key, 0) >= opset:
+            return False
+        known[key] = opset
+        return True
+
+    def refused_below(self, op: str, key: str) -> int:
+        """The lowest opset (op, sig) may still be generated at: 0 when none is ruled out."""
+        bar = self.refused_at.get(op, {}).get(key)
+        return 0 if bar is None else bar + 1
 
     def status(self, op: str, key: str) -> str | None:
         """The outcome as one line ("ok", "refused: compile: ..."), or None if not probed."""
@@ -223,11 +218,15 @@ def _save(table: SupportTable, path: Path) -> None:
         raise SupportError(f"cannot write the op-support cache {path}: {e.strerror}") from None
 
 
-def probe_graphs(op: type[OpSpec], sig: Sig, count: int = PROBE_INSTANCES, seeds: int = 4) -> list[GraphIR]:
+def probe_graphs(
+    op: type[OpSpec], sig: Sig, count: int = PROBE_INSTANCES, seeds: int = 4, opset: int | None = None
+) -> list[GraphIR]:
     """Up to `count` distinct one-operator graphs of `op` with exactly `sig` and no 0-d tensors
-    (probing with scalars misleads: the exporter turns a 0-d float64 into a float32 constant).
+    (probing with scalars misleads: the exporter turns a 0-d float64 into a float32 constant),
+    exported at `opset` (None: the generator's default).
     The first has the smallest shapes the solver finds; the others are binned (varied sizes)."""
     only = type(op.__name__, (op,), {"sigs": [sig]})
+    at = {} if opset is None else {"opsets": (opset,)}
     no_scalars = frozenset((d, 0) for d in DType) | GenConfig().excluded
     graphs: dict[str, GraphIR] = {}
     for binning in (False, True):
@@ -235,7 +234,13 @@ def probe_graphs(op: type[OpSpec], sig: Sig, count: int = PROBE_INSTANCES, seeds
         # can only be inserted forward.
         for forward_prob in (0.0, 1.0) if op.n_outputs() == 1 else (1.0,):
             cfg = GenConfig(
-                nodes=1, ops=[only], forward_prob=forward_prob, binning=binning, max_elems=4096, excluded=no_scalars
+                nodes=1,
+                ops=[only],
+                forward_prob=forward_prob,
+                binning=binning,
+                max_elems=4096,
+                excluded=no_scalars,
+                **at,
             )
             for seed in range(seeds):
                 try:
@@ -282,11 +287,11 @@ def _run_failure(reply: Reply) -> tuple[str, str]:
 
 
 def probe(
-    worker: WorkerHandle, op: type[OpSpec], sig: Sig, backends: list[str], timeout_s: float
+    worker: WorkerHandle, op: type[OpSpec], sig: Sig, backends: list[str], timeout_s: float, opset: int | None = None
 ) -> dict[str, Outcome]:
-    """Outcome per backend of one (op, sig): ok once a backend takes one instance, else its
-    failures classed (see `_decide`)."""
-    graphs = probe_graphs(op, sig)
+    """Outcome per backend of one (op, sig) (exported at `opset`; None: the default): ok once
+    a backend takes one instance, else its failures classed (see `_decide`)."""
+    graphs = probe_graphs(op, sig, opset=opset)
     settings = CaseSettings(backends, timeout_s=timeout_s, search=_PROBE_SEARCH)
     failures: dict[str, list[tuple[int, str, str]]] = {b: [] for b in backends}
     done: set[str] = set()
@@ -390,20 +395,63 @@ def load_or_probe(
 
 def restrict_ops(ops: Sequence[type[OpSpec]], tables: Iterable[SupportTable]) -> list[type[OpSpec]]:
     """Each op narrowed to the signatures no table refused (same name, so GraphIR and
-    materialization see the original op); ops with none left are dropped. Crashes stay: the
-    campaign files them (`probe_crashes`) and meets them again in larger graphs."""
+    materialization see the original op), and above the opsets refused at run time; ops with
+    none left are dropped. Crashes stay: the campaign files them (`probe_crashes`) and meets
+    them again in larger graphs."""
     tables = list(tables)
     out = []
     for op in ops:
         sigs = [s for s in op.sigs if all(t.supported(op.name(), sig_key(s)) for t in tables)]
-        if sigs == list(op.sigs):
+        floors = {sig_key(s): max((t.refused_below(op.name(), sig_key(s)) for t in tables), default=0) for s in sigs}
+        sigs = [s for s in sigs if floors[sig_key(s)] <= MAX_OPSET]
+        # The generator gates a signature's opset by its first input's dtype: a dtype takes the
+        # lowest floor among its signatures, and a signature needing a higher one is dropped.
+        by_dtype: dict[DType, int] = {}
+        for s in sigs:
+            by_dtype[s[0][0]] = min(by_dtype.get(s[0][0], MAX_OPSET + 1), floors[sig_key(s)])
+        sigs = [s for s in sigs if floors[sig_key(s)] <= by_dtype[s[0][0]]]
+        raised = {d: f for d, f in by_dtype.items() if f > op.opset_floor(d)}
+        if sigs == list(op.sigs) and not raised:
             out.append(op)
         elif sigs:
-            out.append(type(op.__name__, (op,), {"sigs": sigs, "__doc__": op.__doc__}))
+            extra: dict = {"sigs": sigs, "__doc__": op.__doc__}
+            if raised:
+                extra["min_opset_for"] = dict(op.min_opset_for) | raised
+            out.append(type(op.__name__, (op,), extra))
     if not out:
         names = ", ".join(t.backend for t in tables)
         raise SupportError(f"no operator of the {len(ops)} asked for is supported by {names}")
     return out
+
+
+def ops_for_backends(
+    ops: Sequence[type[OpSpec]],
+    backends: Sequence[str],
+    cache_dir: Path | None = None,
+    timeout_s: float = 60.0,
+    progress: Callable[[str], None] | None = None,
+) -> list[type[OpSpec]]:
+    """`ops` narrowed to what every one of `backends` accepts, as a campaign narrows them (the
+    probe's cache, probing what it lacks), for a model made outside a campaign (`generate`).
+    Starts and closes its own worker; raises SupportError, with one line, on any failure."""
+    cache_dir = cache_dir or default_cache_dir()
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise SupportError(f"cannot use the op-support cache {cache_dir}: {e.strerror}") from None
+    worker = WorkerHandle(list(backends), cache_dir / "probe-worker.log")
+    try:
+        hello = worker.start()
+        missing = {b: why for b, why in (hello.get("unavailable") or {}).items() if b in backends}
+        if missing:
+            b, why = next(iter(missing.items()))
+            raise SupportError(f"backend {b} is unavailable here: {why}")
+        tables = load_or_probe(worker, list(backends), ops, cache_dir, timeout_s, progress=progress)
+    except WorkerStartError as e:
+        raise SupportError(f"the worker for {', '.join(backends)} did not start: {e}") from None
+    finally:
+        worker.close()
+    return restrict_ops(ops, tables.values())
 
 
 def summary_rows(tables: Mapping[str, SupportTable]) -> list[tuple[str, dict[str, int]]]:

@@ -9,6 +9,7 @@ from nnsmith_cov.campaign.testcase import CaseSettings, Prepared, judge, prepare
 from nnsmith_cov.campaign.worker_handle import WorkerHandle
 from nnsmith_cov.oracle.bundle import Bundle
 from nnsmith_cov.oracle.finding import Finding
+from nnsmith_cov.oracle.signature import same_signature
 
 PYTORCH_STAGES = ("reference", "export")
 
@@ -53,4 +54,5 @@ def reproduce(bundle: Bundle, log_path: Path, timeout_s: float | None = None) ->
             finding = judge(prepared, backend, meta["opt"], reply, settings)
     finally:
         worker.close()
-    return ReproResult(finding is not None and finding.signature == meta["signature"], finding)
+    # same_signature: a bundle recorded under an older normalization still matches its symptom
+    return ReproResult(finding is not None and same_signature(meta["signature"], finding.signature), finding)

@@ -25,6 +25,9 @@ class RunStats:
     internal: collections.Counter[str] = field(default_factory=collections.Counter)  # ... by signature
     findings: collections.Counter[str] = field(default_factory=collections.Counter)  # symptom/stage/backend
     signatures: collections.Counter[str] = field(default_factory=collections.Counter)
+    # backend runs that ended in the backend's "not implemented" (no findings), by signature
+    unsupported: collections.Counter[str] = field(default_factory=collections.Counter)
+    learned: list[str] = field(default_factory=list)  # (backend, op, sig, opset) refusals this process learned
     restarts: int = 0
     branches: int | None = None  # covered so far, with a collector (None without)
     pass_branches: int | None = None  # of those, in optimization passes
@@ -56,6 +59,10 @@ class RunStats:
         self.signatures[header["signature"]] += 1
         return new
 
+    def count_unsupported(self, signature: str) -> None:
+        """Count a backend run refused as not implemented (kept out of findings)."""
+        self.unsupported[signature] += 1
+
     def count_internal(self, signature: str) -> bool:
         """Count an internal error; True when its signature is new."""
         self.internal_errors += 1
@@ -76,6 +83,9 @@ class RunStats:
         self.gen_failed, self.infeasible = num("generation_failed"), num("infeasible_dropped")
         self.internal_errors = num("internal_errors", num("faults"))  # "faults": stats.json before 0.2
         self.restarts = 0  # this process's workers
+        table = before.get("unsupported_signatures")
+        if isinstance(table, dict):
+            self.unsupported.update({k: v for k, v in table.items() if isinstance(v, int) and v > 0})
         cov = before.get("coverage") if isinstance(before.get("coverage"), dict) else {}
         self.cov_tests = cov.get("interesting_tests", 0) if isinstance(cov.get("interesting_tests"), int) else 0
         self.last_new_s = _opt_float(cov.get("last_new_s"))
@@ -98,6 +108,9 @@ class RunStats:
             "internal_signatures": len(self.internal),
             "findings": dict(self.findings),
             "unique_signatures": len(self.signatures),
+            "unsupported": sum(self.unsupported.values()),
+            "unsupported_signatures": dict(sorted(self.unsupported.items())),
+            "unsupported_learned": list(self.learned),
             "last_unique_s": None if self.last_unique_s is None else round(self.last_unique_s, 3),
             "worker_restarts": self.restarts,
             "corpus": self.corpus,

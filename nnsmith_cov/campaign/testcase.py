@@ -13,8 +13,11 @@ from nnsmith_cov.campaign.protocol import decode_arrays, encode_arrays
 from nnsmith_cov.campaign.worker_handle import Reply, WorkerHandle
 from nnsmith_cov.coverage.covmap import Hits
 from nnsmith_cov.gen.graph_ir import GraphIR
-from nnsmith_cov.oracle.compare import Mismatch, compare_outputs
+from nnsmith_cov.oracle.compare import Mismatch, compare_outputs, tolerance_for
+from nnsmith_cov.oracle.consensus import apply_consensus, mismatching
 from nnsmith_cov.oracle.finding import Finding, producer_ops
+from nnsmith_cov.oracle.precision import judge_precision
+from nnsmith_cov.oracle.refusal import error_class
 from nnsmith_cov.oracle.signature import death_signature, error_signature, mismatch_signature
 
 
@@ -69,6 +72,8 @@ class CaseResult:
     ms: dict[str, float] = field(default_factory=dict)  # search, export, <backend>.compile, ...
     hits: Hits | None = None  # coverage of the whole test (export and every backend run), with a collector
     backends_run: int = 0  # backend runs at OPT (the test was executed when any)
+    # Backend runs that ended in the backend's "not implemented": no findings (class "unsupported")
+    unsupported: list[Finding] = field(default_factory=list)
 
     def add_hits(self, msg: dict[str, Any] | None) -> None:
         """Add the hits a worker reply carries (none when the worker died mid-request)."""
@@ -129,7 +134,7 @@ def _torch_failure(reply: Reply, stage: str) -> Finding | None:
     if reply.msg is None:
         return _death("torch", reply.stage or stage, "-", reply)
     if reply.msg.get("error") is not None:
-        return _error("torch", "-", reply.msg["error"])
+        return _classed(_error("torch", "-", reply.msg["error"]), reply.msg["error"])
     return None
 
 
@@ -166,8 +171,16 @@ def failure(backend: str, opt: str, reply: Reply) -> Finding | None:
     if reply.msg is None:
         return _death(backend, reply.stage or "import", opt, reply)
     if reply.msg["kind"] == "error":
-        return _error(backend, opt, reply.msg["error"], reply.log)
+        return _classed(_error(backend, opt, reply.msg["error"], reply.log), reply.msg["error"])
     return None
+
+
+def _classed(finding: Finding, error: dict[str, str]) -> Finding:
+    """`finding` with its class when the error is not a bug (a refusal, the exporter's refusal)."""
+    verdict = error_class(finding.backend, error["stage"], error["type"], error["message"])
+    if verdict is not None and finding.symptom == "crash":
+        finding.category, finding.rule = verdict.category, verdict.rule
+    return finding
 
 
 def judge(prepared: Prepared, backend: str, opt: str, reply: Reply, settings: CaseSettings) -> Finding | None:
@@ -183,7 +196,7 @@ def judge(prepared: Prepared, backend: str, opt: str, reply: Reply, settings: Ca
         return None
     first = mismatches[0]
     ops = producer_ops(prepared.graph, int(first.name[1:])) if first.name[1:].isdigit() else []
-    return Finding(
+    finding = Finding(
         symptom="inconsistency",
         backend=backend,
         stage="execute",
@@ -193,6 +206,13 @@ def judge(prepared: Prepared, backend: str, opt: str, reply: Reply, settings: Ca
         log=_mismatch_log(mismatches),
         actual=actual,
     )
+    # A float64 re-run of the graph decides whether rounding or a discontinuity explains it.
+    tolerance = lambda dt: tolerance_for(dt, settings.rtol, settings.atol, half)
+    args = (prepared.graph, prepared.values, prepared.oracle, actual, mismatches, tolerance, prepared.seed)
+    verdict = judge_precision(*args)
+    if verdict is not None:
+        finding.category, finding.rule = verdict.category, verdict.rule
+    return finding
 
 
 # Stages no optimization level reaches, and where a finding there is localized (no O0 run).
@@ -251,6 +271,9 @@ def run_backends(
         ms[f"{backend}.compare"] = (time.perf_counter() - t1) * 1e3
         if finding is None:
             continue
+        if finding.category == "unsupported":  # not a finding, and O0 would only refuse again
+            result.unsupported.append(finding)
+            continue
         if finding.stage in BEFORE_OPTIMIZATION:
             finding.localized = BEFORE_OPTIMIZATION[finding.stage]
         elif settings.localize and finding.symptom != "hang" and not (known and known(finding.signature)):
@@ -259,8 +282,13 @@ def run_backends(
             o0 = judge(prepared, backend, "O0", again, settings)
             finding.localized = "optimization" if o0 is None else "conversion"
         result.findings.append(finding)
+    # Every backend against PyTorch alike: the reference is the suspect (class "reference").
+    differ = mismatching(settings.rtol, settings.atol, {"float16": (settings.half_rtol, settings.half_atol)})
+    apply_consensus(result.findings, settings.backends, prepared.oracle, differ)
     if result.findings:
         result.status = "finding"
+    elif result.unsupported:
+        result.status = "unsupported"
     return result
 
 

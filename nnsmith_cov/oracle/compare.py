@@ -36,6 +36,35 @@ def _where(bad: np.ndarray, e: np.ndarray, a: np.ndarray, what: str) -> str:
     )
 
 
+def _masks(
+    e: np.ndarray, a: np.ndarray, rtol: float, atol: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(NaN positions differ, Inf positions or signs differ, finite values beyond tolerance, |a - e|)
+    for numeric arrays of one shape; each later mask is meaningful where the earlier ones agree."""
+    # Float64 (complex128 for complex) so that integer differences cannot overflow.
+    wide = np.complex128 if e.dtype.kind == "c" else np.float64
+    ew, aw = e.astype(wide), a.astype(wide)
+    nan = np.isnan(ew) != np.isnan(aw)
+    # NaNs agree here; infinities must sit at the same places with the same sign.
+    e_inf, a_inf = np.isinf(ew), np.isinf(aw)
+    inf = (e_inf | a_inf) & ~((e_inf & a_inf) & (ew == aw))
+    finite = np.isfinite(ew)
+    with np.errstate(over="ignore", invalid="ignore"):  # huge finite values may overflow to inf: still a diff
+        diff = np.where(finite, np.abs(aw - ew), 0.0)
+        value = diff > atol + rtol * np.abs(np.where(finite, ew, 0.0))
+    return nan, inf, value, diff
+
+
+def bad_elements(e: np.ndarray, a: np.ndarray, rtol: float, atol: float) -> np.ndarray:
+    """Where `a` disagrees with `e` (NaN or Inf placement, or a value beyond tolerance), as a
+    boolean array of their shape; ValueError unless both are numeric arrays of one shape."""
+    e, a = np.asarray(e), np.asarray(a)
+    if e.shape != a.shape or e.dtype.kind not in "biufc" or a.dtype.kind not in "biufc":
+        raise ValueError(f"cannot compare {e.dtype}{list(e.shape)} with {a.dtype}{list(a.shape)} element-wise")
+    nan, inf, value, _ = _masks(e, a, rtol, atol)
+    return nan | inf | value
+
+
 def _compare_one(name: str, e: np.ndarray, a: np.ndarray, rtol: float, atol: float) -> Mismatch | None:
     if e.shape != a.shape:
         return Mismatch(name, "shape", f"expected shape {e.shape}, got {a.shape}")
@@ -44,21 +73,11 @@ def _compare_one(name: str, e: np.ndarray, a: np.ndarray, rtol: float, atol: flo
     if e.dtype.kind not in "biufc":  # strings, objects: only exact equality makes sense
         bad = e != a
         return Mismatch(name, "value", _where(bad, e, a, "values")) if bad.any() else None
-    # Float64 (complex128 for complex) so that integer differences cannot overflow.
-    wide = np.complex128 if e.dtype.kind == "c" else np.float64
-    ew, aw = e.astype(wide), a.astype(wide)
-    bad = np.isnan(ew) != np.isnan(aw)
-    if bad.any():
-        return Mismatch(name, "nan", _where(bad, e, a, "NaN positions"))
-    # NaNs agree here; infinities must sit at the same places with the same sign.
-    e_inf, a_inf = np.isinf(ew), np.isinf(aw)
-    bad = (e_inf | a_inf) & ~((e_inf & a_inf) & (ew == aw))
-    if bad.any():
-        return Mismatch(name, "inf", _where(bad, e, a, "Inf positions or signs"))
-    finite = np.isfinite(ew)
-    with np.errstate(over="ignore", invalid="ignore"):  # huge finite values may overflow to inf: still a diff
-        diff = np.where(finite, np.abs(aw - ew), 0.0)
-        bad = diff > atol + rtol * np.abs(np.where(finite, ew, 0.0))
+    nan, inf, bad, diff = _masks(e, a, rtol, atol)
+    if nan.any():
+        return Mismatch(name, "nan", _where(nan, e, a, "NaN positions"))
+    if inf.any():
+        return Mismatch(name, "inf", _where(inf, e, a, "Inf positions or signs"))
     if not bad.any():
         return None
     # Report the worst element among those beyond tolerance, not one that a large |e| excuses.
@@ -70,6 +89,13 @@ def _compare_one(name: str, e: np.ndarray, a: np.ndarray, rtol: float, atol: flo
         f"expected {_fmt(e.reshape(-1)[flat])}, got {_fmt(a.reshape(-1)[flat])}; "
         f"{int(bad.sum())} of {bad.size} elements beyond rtol={rtol:g} atol={atol:g}",
     )
+
+
+def tolerance_for(
+    dtype: np.dtype, rtol: float, atol: float, per_dtype: Mapping[str, tuple[float, float]] | None = None
+) -> tuple[float, float]:
+    """The (rtol, atol) an output of `dtype` is compared with."""
+    return (per_dtype or {}).get(np.dtype(dtype).name, (rtol, atol))
 
 
 def compare_outputs(
@@ -93,7 +119,7 @@ def compare_outputs(
             out.append(Mismatch(name, "missing", "no such output from the backend"))
             continue
         e = np.asarray(e)
-        r, a = (per_dtype or {}).get(e.dtype.name, (rtol, atol))
+        r, a = tolerance_for(e.dtype, rtol, atol, per_dtype)
         m = _compare_one(name, e, np.asarray(actual[name]), r, a)
         if m is not None:
             out.append(m)

@@ -45,6 +45,35 @@ def headline(message: str) -> str:
     return chosen[0][: 4 * _HEADLINE_CAP] if chosen else ""
 
 
+# Bumped whenever `normalize` changes what it keeps; `same_signature` lets bundles written
+# under an older version still match (their text is normalized again).
+SIGNATURE_VERSION = 2
+
+# Context PyTorch's exporter appends to an error: the TorchScript value it failed on, its
+# type, scope and source line. It names the instance (which value, which shape), not the cause.
+_CAUSED_BY = re.compile(r"\s*\[Caused by the value .*$", re.DOTALL)
+# A source file, absolute or relative, with its line (and column): "/a/b/nn.py:720:0",
+# "src/runtime/ndarray.cc:284", "utils.py(1108)" after a slash. Which copy of the tree and which
+# line moved with every edit; the file alone is kept when no folder precedes it.
+_SOURCE = re.compile(
+    r"(?:[A-Za-z]:)?(?:[\w.~+-]*/)+[\w.+-]+\.(?:py|pyx|pyi|cc|cpp|cxx|c|h|hpp|cu|so)\b"
+    r"(?::(?:[0-9]+|N))*(?:\((?:[0-9]+|N)\))?",
+    re.ASCII,
+)
+# TorchScript / Relay / Relax values (%x.3, %60, %lv1, %onnx::Reshape_12) and ONNX value
+# names the exporter numbers (onnx::Reshape_12): one name each, whatever the instance's count.
+_IR_VALUE = re.compile(r"%[\w.]+(?:::[\w.]+)?", re.ASCII)
+_ONNX_VALUE = re.compile(r"\bonnx::([A-Za-z]\w*?)_[0-9]+\b", re.ASCII)
+# PyTorch's tensor types, "Half(6, *, 10, strides=[...], requires_grad=0, device=cpu)": the
+# sizes and strides of one instance (the element type stays).
+_TS_TYPE = re.compile(
+    r"\b(Float|Half|Double|BFloat16|Long|Int|Short|Char|Byte|Bool|ComplexFloat|ComplexDouble)"
+    r"\((?:[^()\[\]]|\([^()]*\)|\[[^\[\]]*\])*\)",
+    re.ASCII,
+)
+# A quoted node name after "name" ("node with name 'Conv_3'"): the numbering suffix goes.
+_QUOTED_NAME = re.compile(r"(\bname:?\s*')([^'/\s]*)(')")
+
 # Applied in order; each keeps digits that are part of a word (float32, Conv2d, int64) untouched.
 _SUBS: list[tuple[re.Pattern[str], str]] = [
     # Addresses: 0x7f3a... .
@@ -71,13 +100,20 @@ _NODE_SUFFIX = re.compile(r"_[0-9]+(?=[_/.-]|$)", re.ASCII)
 
 def normalize(text: str) -> str:
     """`text` with what varies between instances of one bug (numbers, addresses, names) abstracted."""
+    text = _CAUSED_BY.sub("", text)
     # Whitespace first, so that the rewrites below never see (or create) edge or run changes.
     text = _SPACE.sub(" ", text).strip()
+    # Paths before node names: a path's folders would otherwise read as a node's scopes.
+    text = _SOURCE.sub("<src>", text)
+    text = _ONNX_VALUE.sub(r"onnx::\1", text)
+    text = _IR_VALUE.sub("%v", text)
+    text = _QUOTED_NAME.sub(lambda m: m.group(1) + _NODE_SUFFIX.sub("", m.group(2)) + m.group(3), text)
     # "/Conv" and "/Conv_3" are the first and fourth Conv node: one name for both.
     text = _NODE.sub(lambda m: _NODE_SUFFIX.sub("", m.group()), text)
     for pattern, repl in _SUBS:
         text = pattern.sub(repl, text)
-    return _SHAPE.sub("(S)", text)
+    text = _SHAPE.sub("(S)", text)
+    return _TS_TYPE.sub(r"\1(T)", text)
 
 
 def error_signature(backend: str, stage: str, opt: str, error_type: str, message: str) -> str:
@@ -93,6 +129,20 @@ def death_signature(backend: str, stage: str, opt: str, how: str) -> str:
 def mismatch_signature(backend: str, opt: str, reason: str, ops: Sequence[str]) -> str:
     """Signature of wrong outputs; `ops` is the op-type pattern near the first differing output."""
     return f"{backend}/execute/{opt}: inconsistent {reason} near {'<-'.join(ops)}"
+
+
+def same_signature(recorded: str, now: str) -> bool:
+    """Whether a signature on record (possibly written under an older SIGNATURE_VERSION) names
+    the same symptom as `now`: equal, or equal once the recorded text is normalized again."""
+    if recorded == now:
+        return True
+    return _renormalized(recorded) == _renormalized(now)
+
+
+def _renormalized(signature: str) -> str:
+    # "backend/stage/opt: Type: text" (or "...: inconsistent ..."): the prefix is not free text.
+    where, sep, rest = signature.partition(": ")
+    return where + sep + normalize(rest)[:_HEADLINE_CAP]
 
 
 def short_id(signature: str) -> str:

@@ -11,12 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nnsmith_cov.flags import add_flags
 from nnsmith_cov.report.compare import by_line, check_comparable, pairwise, venn_regions
 from nnsmith_cov.report.export import write_csv, write_json, write_text
 from nnsmith_cov.report.lcov import write_lcov
 from nnsmith_cov.report.load import load_any, spec_parts
 from nnsmith_cov.report.model import Campaign, ReportError
 from nnsmith_cov.report.table import describe, print_table, table_rows
+from nnsmith_cov.report.triage import print_class_summaries
 
 
 @dataclass
@@ -40,21 +42,10 @@ class Report:
 def add_parser(sub: Any) -> None:
     """Register `report` on the CLI's subcommand parser."""
     p = sub.add_parser("report", help="compare campaigns: table, figures, Venn, lcov/JSON/HTML exports")
-    p.add_argument(
-        "corpora",
-        nargs="+",
-        metavar="CORPUS",
-        help="campaign folders (DIR or DIR=LABEL); imports as lcov:FILE[=LABEL] or json:FILE[=LABEL]",
-    )
-    p.add_argument("-o", "--out", type=Path, required=True, help="folder for report.json, table.csv, figures/, ...")
-    p.add_argument("--pass-filter", nargs="+", metavar="PATH", help="pass-only folders/files (default: per campaign)")
-    p.add_argument("--no-figures", action="store_true", help="skip the PNG/SVG figures")
-    p.add_argument("--html", action="store_true", help="also write an HTML coverage report per campaign")
-    p.add_argument("--mixed", action="store_true", help="compare campaigns of different collectors anyway")
-    p.add_argument("--by-line", action="store_true", help="match branches by source line (implies --mixed)")
+    add_flags(p, "report")
 
 
-def cmd_report(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
     opts = ReportOptions(
         pass_filters=args.pass_filter,
         figures=not args.no_figures,
@@ -72,6 +63,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 1
     for line in report.notes:
         print(line, file=sys.stderr)
+    print_class_summaries(args.corpora)  # findings by triage class, per run folder
     print(f"report: {args.out / 'report.json'}, {args.out / 'table.csv'}; {len(report.files)} files in all")
     return 0
 
