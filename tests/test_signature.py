@@ -227,3 +227,29 @@ def test_a_signature_recorded_before_the_normalization_changed_still_matches():
     assert not same_signature(old, _torch(GATHER.replace("Gather", "Scatter")))
     assert same_signature("tvm/compile/O3: SIGSEGV", "tvm/compile/O3: SIGSEGV")
     assert not same_signature("tvm/compile/O3: SIGSEGV", "tvm/compile/O0: SIGSEGV")
+
+
+def test_tvm_symbolic_text_of_one_cause_gives_one_signature():
+    # One importer defect, printed with each graph's own symbolic dims, bounds and tensor types.
+    dims = [
+        "Cannot broadcast symbolic dimensions T.min(T.int64(7), i0_d2) and T.min(T.int64(3), T.min(T.int64(9), i0_d2))",
+        "Cannot broadcast symbolic dimensions T.min(T.int64(2), i1_d0) and i1_d0",
+    ]
+    assert len({error_signature("tvm", "import", "opt", "ValueError", m) for m in dims}) == 1
+    types = [
+        'R.subtract(R.const(1.0, "float32"), lv6) uses datatype T.float32 on the LHS (Type of '
+        'R.Tensor((3, 4), dtype="float32")), and datatype T.float16 on the RHS '
+        '(Type of R.Tensor(dtype="float16", ndim=2)).',
+        'R.subtract(R.const(2.0, "float32"), lv2) uses datatype T.float32 on the LHS (Type of '
+        'R.Tensor((), dtype="float32")), and datatype T.float16 on the RHS '
+        '(Type of R.Tensor((1, 5, 6), dtype="float16")).',
+    ]
+    assert len({error_signature("tvm", "import", "opt", "TypeError", m) for m in types}) == 1
+    # The element types and the Relax op stay: they tell causes apart.
+    other = types[0].replace('dtype="float16"', 'dtype="float64"').replace("T.float16", "T.float64")
+    assert error_signature("tvm", "import", "opt", "TypeError", other) != error_signature(
+        "tvm", "import", "opt", "TypeError", types[0]
+    )
+    assert error_signature("tvm", "import", "opt", "TypeError", types[0].replace("subtract", "multiply")) != (
+        error_signature("tvm", "import", "opt", "TypeError", types[0])
+    )

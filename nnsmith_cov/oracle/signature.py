@@ -47,7 +47,7 @@ def headline(message: str) -> str:
 
 # Bumped whenever `normalize` changes what it keeps; `same_signature` lets bundles written
 # under an older version still match (their text is normalized again).
-SIGNATURE_VERSION = 2
+SIGNATURE_VERSION = 3
 
 # Context PyTorch's exporter appends to an error: the TorchScript value it failed on, its
 # type, scope and source line. It names the instance (which value, which shape), not the cause.
@@ -98,6 +98,23 @@ _NODE = re.compile(r"/[\w./-]+", re.ASCII)
 _NODE_SUFFIX = re.compile(r"_[0-9]+(?=[_/.-]|$)", re.ASCII)
 
 
+# TVM's symbolic text, which one cause prints differently per graph: our symbolic input dims
+# (i0_d2), Relax tensor types with or without a static shape, nested T.min/T.max bounds.
+_SYM_DIM = re.compile(r"\b([iwov])(?:[0-9]+|#)_d(?:[0-9]+|#)\b", re.ASCII)
+_RELAX_TENSOR = re.compile(r'R\.Tensor\((?:[^()]|\([^()]*\))*?dtype="(\w+)"(?:[^()]|\([^()]*\))*\)', re.ASCII)
+_MIN_MAX = re.compile(r"T\.(?:min|max)\([^()]*(?:\([^()]*\)[^()]*)*\)", re.ASCII)
+
+
+def _symbolic(text: str) -> str:
+    text = _SYM_DIM.sub("sym", text)
+    text = _RELAX_TENSOR.sub(r"R.Tensor(\1)", text)
+    while True:  # innermost first: T.min(S, T.min(S, i#_d#)) is one bound
+        collapsed = _MIN_MAX.sub("sym", text)
+        if collapsed == text:
+            return text
+        text = collapsed
+
+
 def normalize(text: str) -> str:
     """`text` with what varies between instances of one bug (numbers, addresses, names) abstracted."""
     text = _CAUSED_BY.sub("", text)
@@ -113,7 +130,7 @@ def normalize(text: str) -> str:
     for pattern, repl in _SUBS:
         text = pattern.sub(repl, text)
     text = _SHAPE.sub("(S)", text)
-    return _TS_TYPE.sub(r"\1(T)", text)
+    return _symbolic(_TS_TYPE.sub(r"\1(T)", text))
 
 
 def error_signature(backend: str, stage: str, opt: str, error_type: str, message: str) -> str:
@@ -136,10 +153,12 @@ def same_signature(recorded: str, now: str) -> bool:
     the same symptom as `now`: equal, or equal once the recorded text is normalized again."""
     if recorded == now:
         return True
-    return _renormalized(recorded) == _renormalized(now)
+    return canonical(recorded) == canonical(now)
 
 
-def _renormalized(signature: str) -> str:
+def canonical(signature: str) -> str:
+    """`signature` normalized again under today's rules: what triage groups by, so a run filed
+    under an older SIGNATURE_VERSION groups like a new one."""
     # "backend/stage/opt: Type: text" (or "...: inconsistent ..."): the prefix is not free text.
     where, sep, rest = signature.partition(": ")
     return where + sep + normalize(rest)[:_HEADLINE_CAP]

@@ -23,6 +23,7 @@ from typing import Any
 
 from nnsmith_cov.bounded_read import DataError, json_type, loads_json, read_json
 from nnsmith_cov.oracle.finding import CLASSES
+from nnsmith_cov.oracle.signature import canonical
 
 FINDINGS_LOG = "findings.jsonl"
 REDUCED = "reduced"  # BUNDLE/reduced/: the reducer's output for BUNDLE
@@ -270,10 +271,10 @@ def _pattern_text(pattern: Any) -> str | None:
 
 def root_key(o: Occurrence, reductions: dict[Path, Reduction]) -> str:
     """What makes two findings of one class one root cause: the reduced pattern on one backend,
-    symptom and stage once the bundle was reduced; else the signature."""
+    symptom and stage once the bundle was reduced; else the signature, normalized again."""
     red = reductions.get(o.bundle) if o.bundle is not None else None
     if red is None:
-        return f"{o.category} signature: {o.signature}"
+        return f"{o.category} signature: {canonical(o.signature)}"
     return f"{o.category} pattern: {o.symptom}/{o.backend}/{o.stage}: {red.pattern}"
 
 
