@@ -24,7 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-GENERATORS = ("nnsmith", "graphfuzzer", "lemon")
+GENERATORS = ("nnsmith", "graphfuzzer", "lemon", "tzer")
+TVM_ONLY = ("tzer",)  # generators that test TVM's TIR: their campaigns run on tvm alone
 
 
 @dataclass(frozen=True)
@@ -37,9 +38,9 @@ class Config:
         return f"{self.generator}-{self.feedback}"
 
 
-# The paper's comparison: ours with and without feedback, and the two baselines as they
-# were designed (without coverage feedback).
-DEFAULT_CONFIGS = "nnsmith-on,nnsmith-off,graphfuzzer-off,lemon-off"
+# The paper's comparison: ours with and without feedback, and the baselines as they were
+# designed: GraphFuzzer and LEMON without coverage feedback, Tzer with its own (its seed pool).
+DEFAULT_CONFIGS = "nnsmith-on,nnsmith-off,graphfuzzer-off,lemon-off,tzer-on"
 
 
 def parse_configs(text: str) -> list[Config]:
@@ -67,7 +68,8 @@ def fuzz_argv(cfg: Config, folder: Path, args: argparse.Namespace) -> list[str]:
     if (folder / "config.json").exists():
         return [*base, "--resume", str(folder)]  # its own settings, to its own time
     argv = [*base, "-o", str(folder), "--generator", cfg.generator]
-    argv += ["--feedback", cfg.feedback, "--backends", args.backends, "--collector", args.collector]
+    backends = "tvm" if cfg.generator in TVM_ONLY else args.backends
+    argv += ["--feedback", cfg.feedback, "--backends", backends, "--collector", args.collector]
     argv += ["--time", args.time, "--seed", str(args.seed)]
     return argv
 
@@ -117,6 +119,8 @@ def main() -> None:
     if args.jobs < 1:
         sys.exit("error: --jobs must be at least 1")
     configs = parse_configs(args.configs)
+    if any(c.generator in TVM_ONLY for c in configs) and "tvm" not in args.backends.split(","):
+        sys.exit(f"error: {', '.join(TVM_ONLY)} tests TVM only: include tvm in --backends")
     args.out.mkdir(parents=True, exist_ok=True)
     if not args.report_only:
         run_all(configs, args)

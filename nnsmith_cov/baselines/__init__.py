@@ -1,4 +1,4 @@
-"""Baseline generators in the same harness: GraphFuzzer-style and LEMON-style.
+"""Baseline generators in the same harness: GraphFuzzer-style, LEMON-style and Tzer-style (TIR).
 
 `GENERATORS` maps the `fuzz --generator` names to functions with nnsmith's
 `generate` signature (config, seed, replayed draws) -> Generated, so a corpus
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from nnsmith_cov.baselines import graphfuzzer, lemon
+from nnsmith_cov.baselines import graphfuzzer, lemon, tzer
 from nnsmith_cov.gen.generator import GenConfig, Generated, generate
 
 Generate = Callable[[GenConfig, int, Sequence[tuple[str, int | float]]], Generated]
@@ -19,6 +19,7 @@ GENERATORS: dict[str, Generate] = {
     "nnsmith": generate,
     graphfuzzer.NAME: graphfuzzer.generate,
     lemon.NAME: lemon.generate,
+    tzer.NAME: tzer.generate,  # declines: its campaign runs TIR tests (nnsmith_cov/tzer/loop.py)
 }
 
 # What feedback steers per generator (Scheduler.apply's knobs it reads). The scheduler
@@ -28,6 +29,7 @@ FEEDBACK_ARMS: dict[str, tuple[str, ...]] = {
     "nnsmith": ("op", "direction", "bins", "nodes", "seeded", "opset", "dynamic", "roundtrip"),
     graphfuzzer.NAME: ("op", "nodes"),
     lemon.NAME: ("op", "nodes"),
+    tzer.NAME: (),  # its feedback is its own seed pool, not the scheduler
 }
 
 

@@ -375,6 +375,12 @@ def _input_key(msg: dict[str, Any]) -> str:
     return h.hexdigest()[:24]
 
 
+def _tzer_handle(worker: Worker, msg: dict[str, Any]) -> dict[str, Any]:
+    from nnsmith_cov.campaign.tir_request import handle
+
+    return handle(worker, msg)
+
+
 def serve(fd_in: int, fd_out: int, specs: list[str], collector: str = "", cov_targets: list[str] | None = None) -> int:
     emit = lambda m: write_frame(fd_out, m)
     reader = FrameReader()
@@ -401,6 +407,7 @@ def serve(fd_in: int, fd_out: int, specs: list[str], collector: str = "", cov_ta
         "warm_up": worker.warm_up,
         "self_check": worker.self_check,
         "mask": worker.mask,
+        "tir": lambda msg: _tzer_handle(worker, msg),  # the Tzer baseline's TIR tests
     }
     while True:
         msg = early.popleft() if early else read_frame_blocking(fd_in, reader)

@@ -23,6 +23,10 @@ def main(args: argparse.Namespace) -> int:
 
     if _is_internal_record(args.bundle):
         return _repro_internal(args.bundle)
+    from nnsmith_cov.tzer.repro import is_tzer_bundle
+
+    if is_tzer_bundle(args.bundle):  # a TIR test of the Tzer baseline: no graph, its TIR in meta.json
+        return _repro_tzer(args)
     try:
         bundle = read_bundle(args.bundle, args.plugin or [])
     except BundleError as e:
@@ -65,3 +69,19 @@ def _repro_internal(path: Path) -> int:
     print(f"now:      {now or 'no internal error (the steps run clean)'}")
     print("reproduces" if now == expected else "does not reproduce")
     return 0 if now == expected else 1
+
+
+def _repro_tzer(args: argparse.Namespace) -> int:
+    from nnsmith_cov.campaign.repro import ReproError
+    from nnsmith_cov.campaign.worker_handle import WorkerStartError
+    from nnsmith_cov.tzer.repro import reproduce
+
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            meta, result = reproduce(args.bundle, Path(tmp) / "worker.log", args.timeout_s)
+        except (ReproError, WorkerStartError) as e:
+            raise CliError(str(e)) from None
+    print(f"expected: {meta['signature']}")
+    print(f"now:      {result.finding.signature if result.finding else 'no finding (the test passes)'}")
+    print("reproduces" if result.reproduced else "does not reproduce")
+    return 0 if result.reproduced else 1
