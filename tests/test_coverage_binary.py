@@ -421,3 +421,42 @@ def test_several_modules_lie_end_to_end() -> None:
     assert concat_universes([a]) is a  # one module: its own universe, numbering unchanged
     assert len(both) == 8 and both.build == {"liba.so": "id-liba.so", "libb.so": "id-libb.so"}
     assert [both.key(i) for i in range(8)] == [a.key(i) for i in range(5)] + [b.key(i) for i in range(3)]
+
+
+def test_tvm_library_code_of_other_projects_runs_natively() -> None:
+    """LLVM, z3 and libstdc++ pieces linked into libtvm_compiler.so after TVM's objects are left
+    out of the universe and run natively; TVM's own code up to its last labelled function stays."""
+    from nnsmith_cov.coverage.binary_symbols import own_code_end
+
+    assert own_code_end(["src/a.cc", None, "src/b.cc", None, "z3/x.h", None], ("src/",)) == 3
+    assert own_code_end([None, "z3/x.h"], ("src/",)) == 2  # nothing of its own labelled: follow all
+    c = _tvm_collector()
+    (lo, hi), layout = c.layout.excluded.tolist()[0], c.layout
+    assert len(c.layout.excluded) == 1 and hi - lo > 50 << 20  # LLVM alone is about 80 MB
+    assert int(layout.start[-1] + layout.length[-1]) <= lo  # nothing counted in what runs natively
+    labels = [layout.labels[i] for i in layout.label_of]
+    assert labels[-1].startswith(("src/", "include/", "3rdparty/", "ffi/"))
+    assert not any(x.startswith("z3/") for x in labels[-1000:])
+
+
+@pytest.mark.slow
+def test_a_binary_campaign_on_tvm_resumes(tmp_path, capsys) -> None:
+    """`fuzz --collector binary --backends tvm` stores TVM's blocks and resumes where it stopped."""
+    pytest.importorskip("tvm", reason="tvm is not installed")
+    import json
+
+    from nnsmith_cov.cli import main
+    from nnsmith_cov.corpus.store import CorpusStore
+
+    folder = tmp_path / "camp"
+    flags = ["--backends", "tvm", "--collector", "binary", "--nodes", "3", "--ops", "Add", "Relu", "Mul"]
+    assert main(["fuzz", "-o", str(folder), "--tests", "2", "--seed", "5", *flags]) == 0
+    with CorpusStore.open(folder / "lmdb", readonly=True) as store:
+        first, virgin = store.counters(), store.virgin()
+    assert first.tests_run == 2 and virgin is not None and virgin.count() > 1000
+    assert json.loads((folder / "config.json").read_text())["collector"] == "binary"
+    assert main(["fuzz", "--resume", str(folder), "--tests", "3"]) == 0
+    with CorpusStore.open(folder / "lmdb", readonly=True) as store:
+        again, virgin2 = store.counters(), store.virgin()
+    assert again.tests_run == 3 and again.next_test_id == 3
+    assert np.all(virgin2.virgin <= virgin.virgin) and virgin2.count() >= virgin.count()

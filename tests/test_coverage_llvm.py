@@ -331,3 +331,96 @@ def test_instrumented_onnxoptimizer_reports_pass_branches(tmp_path):
     assert all("/onnxoptimizer/passes/" in f for f in a["passes"] + b["passes"])
     assert a["hits"] > 0 and b["hits"] > 0
     assert set(a["pass_hits"]) != set(b["pass_hits"])
+
+
+# ---- TVM from a source tree, with the kit (the recipe on a fixture tree laid out like TVM's) ----
+
+TVM_TREE = NATIVE / "tvm_tree"
+
+TREE_PROBE = r"""
+import json
+from nnsmith_cov.coverage.llvm_collector import LlvmCollector
+
+collector = LlvmCollector(["libtvm_*.so"])  # before the package loads its libraries
+import tvm
+universe = collector.universe()
+out = {"files": sorted(set(universe.files)), "build": sorted(universe.build), "lib": tvm.__file__}
+for x in (5, -5):
+    collector.start()
+    value = tvm.fold(x)
+    hits = collector.stop()
+    out[str(x)] = {"value": value, "files": sorted({universe.files[universe.file_of[i]] for i in hits.index})}
+print(json.dumps(out))
+"""
+
+
+def test_tvm_recipe_builds_a_tree_with_counters_in_src_only(tmp_path, monkeypatch):
+    from nnsmith_cov.coverage.llvm_tvm import build_tvm, campaign_hint, find_tvm_build
+
+    if shutil.which("cmake") is None:
+        pytest.skip("cmake not installed (make native-tools)")
+    monkeypatch.setenv("NNSMITH_COV_CACHE", str(tmp_path / "cache"))
+    source = tmp_path / "tvm"
+    shutil.copytree(TVM_TREE, source)
+    build = build_tvm(source, jobs=2)
+    assert build.marker["name"] == "tvm" and build.marker["version"] == "0.0.fixture"
+    assert build.root == tmp_path / "cache" / "instrumented" / "tvm-0.0.fixture"
+    assert build.extension.name == "libtvm_compiler.so" and build.marker["libraries"] == [
+        "libtvm_compiler.so",
+        "libtvm_runtime.so",
+    ]
+    assert find_tvm_build(source) == build and build_tvm(source) == build  # reused, not rebuilt
+    hint = campaign_hint(build)
+    assert str(build.root / "env.sh") in hint and "--collector llvm" in hint
+    env_sh = (build.root / "env.sh").read_text()
+    assert f"export PYTHONPATH={build.root / 'site'}" in env_sh
+    env = dict(os.environ, PYTHONPATH=str(build.root / "site"), NNSMITH_COV_CACHE=str(tmp_path / "cache"))
+    r = subprocess.run([sys.executable, "-c", TREE_PROBE], capture_output=True, text=True, cwd=ROOT, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.splitlines()[-1])
+    assert out["lib"].startswith(str(build.root / "site"))
+    # Counters in TVM's src/ only (names independent of where the tree was), none in 3rdparty/.
+    assert "/tvm/src/relax/transform/fold.cc" in out["files"] and "/tvm/src/runtime/runtime.cc" in out["files"]
+    assert not any("3rdparty" in f for f in out["files"])
+    assert out["5"]["value"] == 11 and out["-5"]["value"] == -5
+    assert out["5"]["files"] == ["/tvm/src/relax/transform/fold.cc", "/tvm/src/runtime/runtime.cc"]
+    assert out["-5"]["files"] == ["/tvm/src/relax/transform/fold.cc"]
+    # The llvm collector's default pass-only filters find the pass and not the runtime.
+    from nnsmith_cov.coverage.collector import pass_filters
+    from nnsmith_cov.coverage.universe import path_matches
+
+    passes = [f for f in out["files"] if any(path_matches(f, p) for p in pass_filters("llvm"))]
+    assert passes == ["/tvm/src/relax/transform/fold.cc"]
+
+
+def test_tvm_recipe_refuses_what_is_not_a_tvm_tree_in_one_line(tmp_path):
+    from nnsmith_cov.coverage.llvm_builds import BuildError
+    from nnsmith_cov.coverage.llvm_tvm import build_tvm
+
+    with pytest.raises(BuildError, match=r"^tvm: no source tree at .*DEVELOPERS\.md"):
+        build_tvm(tmp_path / "none")
+    (tmp_path / "CMakeLists.txt").write_text("project(x)\n")
+    with pytest.raises(BuildError, match=r"is not a TVM source tree \(no python/tvm/__init__.py\)$"):
+        build_tvm(tmp_path)
+    with pytest.raises(BuildError, match="unknown mode"):
+        build_tvm(TVM_TREE, mode="gcov")
+
+
+def test_build_script_without_a_tvm_source_says_so_in_one_line():
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "build_instrumented.py"), "tvm"], capture_output=True, text=True
+    )
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip().count("\n") == 0 and "--source" in r.stderr and "DEVELOPERS.md" in r.stderr
+
+
+@pytest.mark.slow
+def test_instrumented_tvm_from_a_real_source_tree(tmp_path):
+    """The real build (hours on two cores): only where NNSMITH_COV_TVM_SOURCE names a TVM tree."""
+    from nnsmith_cov.coverage.llvm_tvm import build_tvm
+
+    source = os.environ.get("NNSMITH_COV_TVM_SOURCE")
+    if not source:
+        pytest.skip("no TVM source tree given (set NNSMITH_COV_TVM_SOURCE; see DEVELOPERS.md)")
+    build = build_tvm(Path(source))
+    assert b"__sanitizer_cov_8bit_counters_init" in build.extension.read_bytes()

@@ -59,7 +59,8 @@ params (all addresses as decimal strings; `start` holds ELF virtual addresses at
 `locate` the followed modules' function ranges at their load addresses, with `base` 0 and
 [`lo`, `hi`) spanning their mappings):
     {"tid": 4242, "base": "...", "lo": "...", "hi": "...", "map": "...", "n": 44186,
-     "start": "...", "length": "...", "slot_base": "...", "slot_mask": "...", "clear_avx512": 0}
+     "start": "...", "length": "...", "slot_base": "...", "slot_mask": "...", "clear_avx512": 0,
+     "exclude": [["<address>", "<size>"], ...]}   # at `locate`: ranges run natively (Stalker.exclude)
 """
 
 from __future__ import annotations
@@ -349,6 +350,8 @@ rpc.exports = {
   locate(p) {
     fill(p);
     Stalker.unfollow(importTid);
+    // Ranges run natively (code linked in from other projects): calls into them are not followed.
+    (p.exclude || []).forEach(([base, size]) => Stalker.exclude({ base: ptr(base), size: Number(size) }));
     tid = p.tid;
     placeGeneratedCode(ptr(String(p.lo)), ptr(String(p.hi)));
     Stalker.follow(tid, { transform: cm.transform, data: ptr(1) });

@@ -84,7 +84,7 @@ class Attachment:
 
 def _agent_params(request: dict[str, Any]) -> dict[str, Any]:
     keys = ("tid", "base", "lo", "hi", "map", "n", "start", "length", "slot_base", "slot_mask", "clear_avx512")
-    return {k: request[k] for k in keys}
+    return {k: request[k] for k in keys} | {"exclude": request.get("exclude", [])}
 
 
 def _first(e: BaseException) -> str:

@@ -7,6 +7,8 @@ A process cannot trace itself, so the parent drives Frida into the worker (see
   (their `native_module`: ORT's `onnxruntime_pybind11_state*.so`, which holds all of ORT;
   TVM's `libtvm_compiler.so`), else ORT's; and their slot layouts (`binary_symbols`), read
   from the files before they are loaded and cached; several modules' slots lie end to end;
+  code a module links in from other projects (LLVM in TVM's library) is not followed:
+  calls into it run natively (`binary_symbols.OWN_CODE`);
 - the hit map, a numpy uint8 array the agent's inline counters write into: `start()`
   zeroes it, `stop()` returns its nonzero slots, as the llvm collector does;
 - the measuring thread: the agent follows this one thread for the worker's life, so
@@ -52,7 +54,7 @@ from nnsmith_cov.coverage.declared import DeclaredBackend, declared_modules
 from nnsmith_cov.coverage.universe import Universe
 
 DEFAULT_MODULE = "onnxruntime_pybind11_state*"
-LAYOUT_SCHEMA = 3  # 3: labels from namespaces and neighbouring files too
+LAYOUT_SCHEMA = 4  # 3: labels from namespaces and neighbouring files too; 4: code run natively (OWN_CODE)
 RECENT_INPUTS = 64  # inputs whose last run is remembered, to catch slots that vary between runs
 T = TypeVar("T")
 
@@ -139,11 +141,13 @@ def cached_layout(path: str, cache_dir: Path) -> ModuleLayout:
         body = msgpack.unpackb(zlib.decompress(cache.read_bytes()), raw=False)
         if body["schema"] == LAYOUT_SCHEMA:
             arr = {k: np.frombuffer(body[k], dtype=d).copy() for k, d in _LAYOUT_ARRAYS.items()}
-            return ModuleLayout(path, body["build_id"], labels=list(body["labels"]), **arr)
+            excluded = np.frombuffer(body["excluded"], dtype="<u8").copy().reshape(-1, 2)
+            return ModuleLayout(path, body["build_id"], labels=list(body["labels"]), excluded=excluded, **arr)
     except (OSError, ValueError, KeyError, TypeError, zlib.error, msgpack.UnpackException):
         pass
     layout = read_layout(path)
     body = {"schema": LAYOUT_SCHEMA, "build_id": layout.build_id, "labels": layout.labels}
+    body["excluded"] = layout.excluded.astype("<u8").tobytes()
     body |= {k: getattr(layout, k).astype(d).tobytes() for k, d in _LAYOUT_ARRAYS.items()}
     cache.parent.mkdir(parents=True, exist_ok=True)
     tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
@@ -310,6 +314,10 @@ class BinaryCollector:
             for i, (p, lay) in enumerate(zip(self.paths, self.layouts))
         ]
         where = {"base": "0", "lo": str(min(bases)), "hi": str(max(ends))}
+        # Code linked in from other projects (LLVM in TVM's library) runs natively: calls into it
+        # are not followed, so neither is anything it calls.
+        excluded = [(b + int(lo), int(hi - lo)) for b, lay in zip(bases, self.layouts) for lo, hi in lay.excluded]
+        where["exclude"] = [[str(a), str(n)] for a, n in excluded]
         # The import thread ends at the next call, when the agent has let it go (its reply came first).
         self._retired, self.thread = self.thread, MeasuringThread()
         return self.follow_request() | {"phase": "locate"} | where

@@ -8,7 +8,9 @@ keeps, stripped or not) gets a run of *slots*: a power of two, about one per
 in slot `base[f] + (block_hash(o - start[f]) & mask[f])`. Slot numbers depend only on
 the file, so they are stable for a build id; two blocks of one function may share a
 slot (20% of the blocks a few ORT models reach do); blocks outside every range are
-not counted.
+not counted. In a module that links other projects in after its own objects (`OWN_CODE`:
+TVM's compiler library with LLVM, z3 and libstdc++ pieces), the functions past its own
+last one are left out of the slots and run natively (`ModuleLayout.excluded`).
 
 File labels are approximate: a function that loads the address of a source path string
 from `.rodata` (ORT's error checks carry `__FILE__`) is labelled with the path it names
@@ -26,7 +28,7 @@ import hashlib
 import os
 import re
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -63,6 +65,8 @@ class ModuleLayout:
     slot_mask: np.ndarray  # uint32, slots of the function minus one
     labels: list[str]  # file label per label index
     label_of: np.ndarray  # int32 per function
+    # (start, end) ELF address pairs of code linked in from elsewhere, run natively (`OWN_CODE`)
+    excluded: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), dtype=np.uint64))
 
     @property
     def slots(self) -> int:
@@ -308,6 +312,21 @@ def _namespace_folder(demangled: str) -> str | None:
     return "src/" + "/".join(spaces[1:]) + "/[" + "::".join(spaces) + "]"
 
 
+# Modules that link other projects in statically, after their own objects: the label prefixes of
+# the module's own code. libtvm_compiler.so lays out TVM's objects first, then LLVM (about 80 of
+# its 168 MB of code, no source paths to label it), z3 and parts of libstdc++. Those run natively:
+# they are not the compiler the paper measured, and following LLVM's code generation cost most of
+# the collector's time.
+OWN_CODE: dict[str, tuple[str, ...]] = {"libtvm_compiler.so": ("src/", "include/", "3rdparty/", "ffi/")}
+
+
+def own_code_end(labels: list[str | None], prefixes: tuple[str, ...]) -> int:
+    """Index of the first function past the last one labelled with the module's own sources
+    (`len(labels)` when none is: then the whole module is followed)."""
+    own = [i for i, x in enumerate(labels) if x is not None and x.startswith(prefixes)]
+    return own[-1] + 1 if own else len(labels)
+
+
 def read_layout(path: str) -> ModuleLayout:
     """Parse `path` (tens of MB: a second or two) into its slot layout."""
     try:
@@ -318,14 +337,21 @@ def read_layout(path: str) -> ModuleLayout:
     start, length = function_ranges(data, sections, path)
     if not len(start):
         raise BinaryFormatError(f"binary collector: {path} lists no functions in .eh_frame_hdr")
+    raw = bridge_labels(source_labels(data, sections, start, length))
+    by_symbol = symbol_labels(data, sections, start)
+    raw = [r if r is not None else b for r, b in zip(raw, by_symbol, strict=True)]
+    excluded = np.zeros((0, 2), dtype=np.uint64)
+    prefixes = OWN_CODE.get(os.path.basename(path))
+    if prefixes:
+        end = own_code_end(raw, prefixes)
+        if end < len(start):
+            excluded = np.array([[start[end], start[-1] + length[-1]]], dtype=np.uint64)
+            start, length, raw = start[:end], length[:end], raw[:end]
     per_fn = np.ceil(length.astype(np.float64) / SLOT_BYTES).clip(1, MAX_SLOTS_PER_FUNCTION)
     slots = (1 << np.ceil(np.log2(per_fn)).astype(np.int64)).astype(np.int64)
     base = np.concatenate([[0], np.cumsum(slots)[:-1]])
     if int(base[-1] + slots[-1]) >= 1 << 31:
         raise BinaryFormatError(f"binary collector: {path} is too large for 31-bit slot numbers")
-    raw = bridge_labels(source_labels(data, sections, start, length))
-    by_symbol = symbol_labels(data, sections, start)
-    raw = [r if r is not None else b for r, b in zip(raw, by_symbol, strict=True)]
     module = os.path.basename(path)
     labels = sorted({x for x in raw if x is not None} | {module})
     index = {x: k for k, x in enumerate(labels)}
@@ -339,4 +365,5 @@ def read_layout(path: str) -> ModuleLayout:
         (slots - 1).astype(np.uint32),
         labels,
         label_of,
+        excluded,
     )

@@ -48,6 +48,7 @@ PASS_FILTERS: dict[str, tuple[str, ...]] = {
         "onnxruntime/core/optimizer/",
         "src/relax/transform/",
         "src/tir/transforms/",
+        "src/tirx/transform/",
         "src/s_tir/transform/",
         "src/ir/transform.cc",
         "onnxoptimizer/passes/",
