@@ -105,6 +105,38 @@ def test_refusals_learned_per_opset_raise_the_floor_or_drop_the_signature():
     assert narrow.opset_floor(DType.bool) == where.opset_floor(DType.bool)
 
 
+def test_refusals_learned_in_a_campaign_are_written_back_to_the_probe_cache(tmp_path):
+    from nnsmith_cov.campaign.op_support import OK, _load, cache_path
+
+    (add,) = select_ops(["Add"])
+    f16 = next(s for s in add.sigs if s[0][0] is DType.float16)
+    versions = {"ort": "1.0", "torch": "2.0"}
+    learner = SupportLearner([add], ["ort"])
+    learner.remember_in(tmp_path / "cache", versions)
+    assert [r.opset for r in learner.learn("ort", [(add, f16)], 13)] == [13]
+    learner.learn("ort", [(add, f16)], 11)  # lower than known: no news, the cache keeps 13
+    path = cache_path(tmp_path / "cache", "ort", "1.0")
+    table = _load(path, "ort", "1.0", "2.0")
+    assert table is not None and table.refused_at == {"Add": {sig_key(f16): 13}} and table.entries == {}
+    # The next campaign starts from the cache: the generator keeps fp16 Add above opset 13 only.
+    (narrow,) = restrict_ops([add], [table])
+    assert narrow.opset_floor(DType.float16) == 14
+    # A probe entry saved later keeps what was learned.
+    table.entries["Add"] = {sig_key(f16): OK}
+    path.write_text(json.dumps(table.to_json()))
+    assert _load(path, "ort", "1.0", "2.0").refused_at == {"Add": {sig_key(f16): 13}}
+
+
+def test_an_unwritable_cache_stops_the_write_back_not_the_campaign(tmp_path):
+    (add,) = select_ops(["Add"])
+    f16 = next(s for s in add.sigs if s[0][0] is DType.float16)
+    (tmp_path / "file").write_text("")
+    learner = SupportLearner([add], ["ort"])
+    learner.remember_in(tmp_path / "file" / "cache", {"ort": "1.0", "torch": "2.0"})
+    assert len(learner.learn("ort", [(add, f16)], 13)) == 1
+    assert learner.cache is None and "cannot write the op-support cache" in (learner.cache_error or "")
+
+
 def _inconsistency(backend: str, actual: dict[str, np.ndarray]) -> Finding:
     return Finding("inconsistency", backend, "execute", "opt", f"{backend}/execute/opt: x", "o3: value", actual=actual)
 
@@ -180,7 +212,10 @@ ADAPTIVE = (
             "[ShapeInferenceError] (op_type:Add, node name: /Add): A typestr: T, has unsupported type: tensor(int8)",
             "ours",
         ),
-        ("torch", "reference", "RuntimeError", "not implemented for 'Half'", None),
+        ("torch", "reference", "RuntimeError", "not implemented for 'Half'", "ours"),
+        # The exporter's own failure (not a refusal): PyTorch's, not a compiler's.
+        ("torch", "export", "SymbolicValueError", "Failed to export a node '%5 : Long(1) = onnx::Gather'", "reference"),
+        ("torch", "export", "RuntimeError", "Check failed: bad index", "reference"),
     ],
 )
 def test_error_classes(backend, stage, kind, message, category):

@@ -107,6 +107,34 @@ def test_a_cone_is_the_private_subgraph_of_an_input():
     assert pattern(["Sin", "Mul", "Add"]) == "Add+Mul+Sin"
 
 
+def test_a_fresh_input_keeps_the_dims_a_dynamic_input_made_symbolic():
+    obj = json.loads(_ten_ops().dumps())
+    obj["values"] = [{"shape": [2, 3], "dtype": "f32"}] * 2 + [{"shape": [1, 3], "dtype": "f32"}] + obj["values"][3:]
+    obj["export"]["dynamic"] = [[0, 0]]  # v0's dim 0 (size 2) is symbolic; v1 (Sin's input) is not
+    g = GraphIR.from_json(obj, is_op)
+    recorded = {v: np.zeros(g.types[v].shape, np.float32) for v in range(13)}
+    cand = build(g, remove(g, full_cut(g), {0, 2}), recorded)  # Relu reads v3, Mul reads v5: fresh inputs
+    fresh = {cand.origin[v]: v for v in cand.graph.inputs}
+    assert set(fresh) == {3, 5}
+    assert sorted(cand.graph.dynamic) == [(fresh[3], 0)]  # v3 = Add(v0, v2) has v0's symbolic dim 0
+
+
+def test_keeping_a_crash_compares_the_backend_check_not_its_operands():
+    from nnsmith_cov.oracle.finding import Finding
+    from nnsmith_cov.reduce.check import keeps
+
+    binary = "tvm/import/opt: TypeError: Binary operators must have the same datatype. However, R.multiply({}, lv1)"
+    none = "tvm/import/opt: TypeError: 'NoneType' object is not iterable"
+
+    def crash(signature: str, stage: str = "import") -> Finding:
+        return Finding("crash", "tvm", stage, "opt", signature, "")
+
+    assert keeps(crash(binary.format("lv3")), crash(binary.format("i0")))
+    assert not keeps(crash(binary.format("lv3")), crash(binary.format("i0"), stage="compile"))
+    assert keeps(crash(none), crash(none)) and not keeps(crash(none), crash(none.replace("iterable", "callable")))
+    assert not keeps(crash(binary.format("lv3")), crash(none))
+
+
 def _cos_of_relu(g: GraphIR, cut) -> bool:
     """The crash fake's condition, checked on the candidate graph itself (no backend)."""
     small = build(g, cut, {}).graph
@@ -125,6 +153,23 @@ def test_the_search_reaches_a_one_minimal_graph_and_repeats_itself():
     for k in first.cut.keep:
         smaller = remove(g, first.cut, {k})
         assert smaller is None or not _cos_of_relu(g, smaller)
+
+
+def test_the_op_the_backend_names_is_tried_alone_first():
+    from nnsmith_cov.reduce.delta import alone
+
+    g = _ten_ops()
+    assert [sorted(c.keep) for c in alone(g, full_cut(g), "Add")] == [[9], [0]]  # last first
+    assert alone(g, full_cut(g), "Conv") == []
+    (cos,) = alone(g, full_cut(g), "cos")
+    tried: list = []
+
+    def holds(cut) -> bool:
+        tried.append(cut)
+        return any(g.insts[k].op == "Cos" for k in cut.keep)
+
+    done = Search(g, full_cut(g), holds, time.monotonic() + 60, True, first=[cos]).run()
+    assert tried[0] == cos and done.passes[0] == "fault" and [g.insts[k].op for k in done.cut.keep] == ["Cos"]
 
 
 def test_the_search_stops_at_its_deadline_with_what_it_has():

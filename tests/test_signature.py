@@ -253,3 +253,62 @@ def test_tvm_symbolic_text_of_one_cause_gives_one_signature():
     assert error_signature("tvm", "import", "opt", "TypeError", types[0].replace("subtract", "multiply")) != (
         error_signature("tvm", "import", "opt", "TypeError", types[0])
     )
+
+
+# -- defects: one backend check, whatever operands it prints ---------------------------------
+
+BINARY = (
+    "tvm/import/opt: TypeError: Binary operators must have the same datatype for both operands. However, "
+    'R.subtract(R.const(1.0, "float32"), {}) uses datatype T.float32 on the LHS'
+)
+
+
+def test_a_check_printing_other_operands_is_one_defect():
+    from nnsmith_cov.oracle.signature import defect
+
+    assert defect(BINARY.format("lv3")) == defect(BINARY.format("i0")) == defect(BINARY.format("gv"))
+    assert (
+        defect(BINARY.format("lv3")) == "tvm: TypeError: Binary operators must have the same datatype for both operands"
+    )
+    # ... whichever of our stages reached it, and never across backends
+    assert defect(BINARY.format("lv3").replace("/import/", "/compile/")) == defect(BINARY.format("lv3"))
+    assert defect(BINARY.format("lv3").replace("tvm/", "ort/")) != defect(BINARY.format("lv3"))
+
+
+def test_inverse_trig_intrinsics_are_one_missing_lowering_but_other_intrinsics_are_not():
+    from nnsmith_cov.oracle.signature import defect
+
+    def missing(name: str) -> str:
+        return defect(
+            f'tvm/compile/opt: InternalError: unknown intrinsic ir.Op(span=None, ty=ir.Type(span=None), name="{name}", '
+            'description="", arguments=(), attrs_type_key="", num_inputs=1, support_level=10)'
+        )
+
+    assert missing("tirx.acos") == missing("tirx.asinh") == missing("tirx.atan") == missing("tirx.asin")
+    assert missing("tirx.acos") == "tvm: InternalError: unknown intrinsic tirx.<inverse-trig>"
+    assert missing("tirx.erf") != missing("tirx.acos") and missing("tirx.sinh") != missing("tirx.asinh")
+
+
+def test_symbolic_expressions_and_prim_expr_classes_fold():
+    from nnsmith_cov.oracle.signature import defect
+
+    head = "tvm/import/opt: ValueError: Cannot broadcast symbolic dimension {} with non-1 constant 5: runtime value"
+    assert defect(head.format("i0_d0")) == defect(head.format("i0_d0 * i1_d2 * T.int64(4)"))
+    attr = "tvm/import/opt: AttributeError: '{}' object has no attribute 'value'"
+    assert defect(attr.format("Var")) == defect(attr.format("FloorDiv")) == defect(attr.format("Min"))
+    assert defect(attr.format("ShapeType")) != defect(attr.format("Var"))  # not a TIR expression
+    bool_min = "tvm/compile/opt: InternalError: Cannot decide {}_value for typeT.bool"
+    assert defect(bool_min.format("min")) == defect(bool_min.format("max"))
+    # Two different checks of one helper stay two.
+    both = "tvm/import/opt: ValueError: Cannot broadcast symbolic dimensions i1_d3 and i0_d3 - both are symbolic"
+    assert defect(both) != defect(head.format("i0_d0"))
+
+
+def test_python_errors_and_deaths_are_generic_backend_checks_are_not():
+    from nnsmith_cov.oracle.signature import is_generic
+
+    assert is_generic("tvm/import/opt: TypeError: 'NoneType' object is not iterable")
+    assert is_generic("tvm/import/opt: AttributeError: 'Var' object has no attribute 'value'")
+    assert is_generic("tvm/compile/opt: SIGSEGV") and is_generic("tvm/compile/opt: timeout")
+    assert not is_generic(BINARY.format("lv3"))
+    assert not is_generic("tvm/compile/opt: InternalError: Check failed: (x) is false: 'NoneType' here")

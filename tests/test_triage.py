@@ -349,3 +349,61 @@ def test_class_summaries_pass_over_what_is_not_a_run(tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "R: findings by class: bug 1 (1 root cause)"
     assert out[1].startswith("damaged: no triage (") and len(out) == 2
+
+
+# -- root-cause keys of crashes ----------------------------------------------------------------
+
+BINARY = (
+    "tvm/{stage}/opt: TypeError: Binary operators must have the same datatype for both operands. However, "
+    'R.{call}(R.const(1.0, "float32"), lv3) uses datatype T.float32 on the LHS'
+)
+NONE_ITER = "tvm/import/opt: TypeError: 'NoneType' object is not iterable"
+
+
+def crash(test: int, signature: str, stage: str = "import") -> dict:
+    return line(test, signature, symptom="crash", stage=stage)
+
+
+def test_one_backend_check_from_several_ops_and_stages_is_one_root_cause(tmp_path, capsys):
+    lines = [
+        crash(1, BINARY.format(stage="import", call="subtract")),
+        crash(2, BINARY.format(stage="import", call="multiply")),
+        crash(3, BINARY.format(stage="compile", call="subtract"), stage="compile"),
+    ]
+    reduced = {lines[0]["signature"]: {"pattern": "Elu", "reduced_ops": 1}}
+    reduced |= {lines[1]["signature"]: {"pattern": "ThresholdedRelu", "reduced_ops": 1}}
+    body = run_json(make_run(tmp_path / "run", lines, reduced), capsys)
+    assert [(rc["findings"], len(rc["signatures"])) for rc in body["root_causes"]] == [(3, 3)]
+    assert body["root_causes"][0]["reduced"]["ops"] == 1
+
+
+def test_python_errors_are_told_apart_by_the_op_at_fault(tmp_path, capsys):
+    lines = [crash(1, NONE_ITER), crash(2, NONE_ITER + " "), crash(3, NONE_ITER + "  ")]
+    run = make_run(tmp_path / "run", lines)
+    for x, op in zip(lines, ("Expand", "Expand", "Slice"), strict=True):
+        (run / x["bundle"] / "error.log").write_text(
+            f"Traceback\nTypeError: ...\n--- worker output ---\nError converting operator {op}, with inputs: [lv1]\n"
+        )
+    body = run_json(run, capsys)
+    assert sorted((rc["findings"], rc["key"].rsplit(" ", 1)[-1]) for rc in body["root_causes"]) == [
+        (1, "Slice"),
+        (2, "Expand"),
+    ]
+
+
+def test_a_python_error_without_a_known_op_is_keyed_by_its_reduced_pattern(tmp_path, capsys):
+    lines = [crash(1, NONE_ITER), crash(2, NONE_ITER + " ")]
+    reduced = {lines[0]["signature"]: {"pattern": "Expand+Less", "reduced_ops": 2}}
+    reduced |= {lines[1]["signature"]: {"pattern": "Flip", "reduced_ops": 1}}
+    body = run_json(make_run(tmp_path / "run", lines, reduced), capsys)
+    assert len(body["root_causes"]) == 2
+
+
+def test_pytorch_errors_filed_as_bugs_are_read_again_as_not_compiler_bugs(tmp_path, capsys):
+    gather = "torch/export/-: SymbolicValueError: Failed to export a node '%v : Long(T) = onnx::Gather[axis=N](%v, %v)"
+    refusal = "torch/export/-: SymbolicValueError: Unsupported: ONNX export of operator adaptive_avg_pool2d"
+    lines = [line(1, gather, symptom="crash"), line(2, refusal, symptom="crash"), crash(3, NONE_ITER)]
+    body = run_json(make_run(tmp_path / "run", lines), capsys)
+    classes = {rc["signature"]: (rc["class"], rc["rule"]) for rc in body["root_causes"]}
+    assert classes[gather][0] == "reference" and classes[gather][1].startswith("torch-error:")
+    assert classes[refusal][0] == "ours" and classes[NONE_ITER] == ("bug", "")

@@ -111,9 +111,10 @@ class SupportTable:
     version: str
     torch: str
     entries: dict[str, dict[str, Outcome]] = field(default_factory=dict)  # op -> sig key -> outcome
-    # Learned while a campaign runs (not cached): op -> sig key -> the highest opset at which the
-    # backend said it has no implementation. Taken as refused at every opset up to it (backends
-    # add types to an op in its later versions), so the generator keeps it above that only.
+    # Learned while a campaign runs (and written back to the cache, so the next campaign starts
+    # knowing it): op -> sig key -> the highest opset at which the backend said it has no
+    # implementation. Taken as refused at every opset up to it (backends add types to an op in
+    # its later versions), so the generator keeps it above that only.
     refused_at: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def outcome(self, op: str, key: str) -> Outcome | None:
@@ -153,6 +154,7 @@ class SupportTable:
             "ops": {
                 op: {k: o.to_json() for k, o in sigs.items() if not o.torch_crash} for op, sigs in self.entries.items()
             },
+            "refused_at": {op: dict(sorted(keys.items())) for op, keys in sorted(self.refused_at.items()) if keys},
         }
 
 
@@ -205,7 +207,35 @@ def _load(path: Path, backend: str, version: str, torch: str) -> SupportTable | 
     if entries is None:
         print(f"nnsmith-cov: ignoring unusable op-support cache {path}; probing again", file=sys.stderr)
         return None
-    return SupportTable(backend, version, torch, entries)
+    return SupportTable(backend, version, torch, entries, _refused_at(obj.get("refused_at")))
+
+
+def _refused_at(obj: object) -> dict[str, dict[str, int]]:
+    """The learned refusals of a cache (absent before they were written back); entries that
+    are not op -> sig key -> opset are dropped, not trusted."""
+    if not isinstance(obj, dict):
+        return {}
+    out: dict[str, dict[str, int]] = {}
+    for op, keys in obj.items():
+        if isinstance(op, str) and isinstance(keys, dict):
+            good = {k: n for k, n in keys.items() if isinstance(k, str) and type(n) is int and n > 0}
+            if good:
+                out[op] = good
+    return out
+
+
+def remember_refusals(
+    cache_dir: Path, versions: Mapping[str, str], backend: str, refused: Iterable[tuple[str, str, int]]
+) -> None:
+    """Add refusals (op, sig key, opset) a campaign learned to `backend`'s cache file (made,
+    without probe entries, when absent: the next probe fills those in). SupportError when the
+    cache cannot be written."""
+    path = cache_path(cache_dir, backend, versions[backend])
+    table = _load(path, backend, versions[backend], versions["torch"]) if path.exists() else None
+    table = table or SupportTable(backend, versions[backend], versions["torch"])
+    news = [table.refuse(op, key, opset) for op, key, opset in refused]  # each one recorded
+    if any(news):
+        _save(table, path)
 
 
 def _save(table: SupportTable, path: Path) -> None:

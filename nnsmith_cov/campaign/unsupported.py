@@ -10,11 +10,20 @@ the few dozen triples that differ between opsets. A refusal met in a campaign co
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from nnsmith_cov.abstract.op import OpSpec
-from nnsmith_cov.campaign.op_support import Sig, SupportError, SupportTable, probe, restrict_ops, sig_key
+from nnsmith_cov.campaign.op_support import (
+    Sig,
+    SupportError,
+    SupportTable,
+    probe,
+    remember_refusals,
+    restrict_ops,
+    sig_key,
+)
 from nnsmith_cov.campaign.worker_handle import WorkerHandle
 from nnsmith_cov.gen.graph_ir import GraphIR
 from nnsmith_cov.oracle.finding import Finding
@@ -66,6 +75,13 @@ class SupportLearner:
         self.base = list(ops)
         self.timeout_s = timeout_s
         self.tables = {b: SupportTable(b, "", "") for b in backends}
+        self.cache: tuple[Path, dict[str, str]] | None = None  # where `learn` writes news back
+        self.cache_error: str | None = None  # why writing back stopped, when it did
+
+    def remember_in(self, cache_dir: Path, versions: Mapping[str, str]) -> None:
+        """Write what is learned from now on to the op-support cache in `cache_dir` (the
+        worker's `versions` name the files), so that the next campaign starts knowing it."""
+        self.cache = (cache_dir, dict(versions))
 
     def attribute(self, worker: WorkerHandle, graph: GraphIR, finding: Finding) -> list[tuple[type[OpSpec], Sig]]:
         """The (spec, sig) pairs of `graph` the refusal `finding` is about: the one spec its
@@ -86,11 +102,17 @@ class SupportLearner:
     def learn(self, backend: str, pairs: Sequence[tuple[type[OpSpec], Sig]], opset: int) -> list[Refusal]:
         """Record refusals of `pairs` by `backend` at `opset`; returns those that were news."""
         table = self.tables[backend]
-        return [
+        news = [
             Refusal(backend, spec.name(), sig_key(sig), opset)
             for spec, sig in pairs
             if table.refuse(spec.name(), sig_key(sig), opset)
         ]
+        if news and self.cache is not None and backend in self.cache[1]:
+            try:
+                remember_refusals(self.cache[0], self.cache[1], backend, [(r.op, r.sig, r.opset) for r in news])
+            except SupportError as e:  # the campaign goes on; it only forgets at its end
+                self.cache, self.cache_error = None, str(e)
+        return news
 
     def ops(self) -> list[type[OpSpec]] | None:
         """The starting ops narrowed by what was learned; None when nothing would be left."""

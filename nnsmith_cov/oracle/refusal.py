@@ -52,9 +52,15 @@ def error_class(backend: str, stage: str, error_type: str, message: str) -> Verd
     """The class of a backend's or PyTorch's error when it is not a bug: None for a bug."""
     status = f"{stage}: {error_type}: {message}"
     if backend == "torch":
+        # PyTorch fails before any backend sees the model: never a compiler bug. Refusing
+        # what a spec asked for is our spec's fault; anything else is PyTorch's own.
         if stage == "export" and _EXPORT_REFUSAL.search(message) and not _CRASH.search(status):
             return Verdict("ours", "export-refusal: torch.onnx cannot export what the spec generated")
-        return None
+        if classify(status) == "refused":
+            return Verdict(
+                "ours", f"torch-refusal: PyTorch has no implementation ({stage}) for what the spec generated"
+            )
+        return Verdict("reference", f"torch-error: PyTorch failed at {stage}, before any backend saw the model")
     if classify(status) == "refused":
         return Verdict("unsupported", f"refusal: {backend} has no implementation ({stage})")
     return None

@@ -167,3 +167,95 @@ def canonical(signature: str) -> str:
 def short_id(signature: str) -> str:
     """First 12 hex digits of the signature's SHA-1, for folder names."""
     return hashlib.sha1(signature.encode("utf-8")).hexdigest()[:12]
+
+
+# -- defects: what one root cause shares across signatures ---------------------------------
+#
+# A signature keeps the instance text a backend prints after its message (the expression it
+# failed on, a tensor type, which symbolic dim); two graphs that hit one check print it with
+# different operands. `defect` folds that text away, so the same check firing from different
+# ops or stages is one defect. It is used for grouping and for the reducer's "does the crash
+# hold", never for the signatures a campaign files (those stay as fine as SIGNATURE_VERSION says).
+
+# TVM appends the failing call after "However," (binary dtype / matmul checks); the operands
+# name the instance, not the check.
+_HOWEVER = re.compile(r"\.?\s+However,.*$")
+# TVM prints an operator object in full (span, argument docs); the op's name is all that counts,
+# and what follows it in a capped signature is that op's documentation, cut at a varying point.
+_IR_OP = re.compile(r'ir\.Op\(span=None, ty=ir\.Type\(span=None\), name="([\w.]+)".*$')
+# tirx's inverse trigonometric and hyperbolic intrinsics: LLVM codegen lowers each through one
+# table of intrinsic rules, and TVM 0.27 lacks the whole family there (acos, asin, atan, asinh
+# fail alike while sin/cos/tanh lower): one missing-lowering defect with one fix, not four.
+_INVERSE_TRIG = re.compile(r"\btirx\.a(?:sin|cos|tan)h?\b")
+# TIR expression classes a converter met where it expected a constant (`dim.value` on a
+# symbolic dim): which expression the dim happened to be is the instance.
+_PRIM_EXPR = re.compile(r"'(?:Var|SizeVar|Add|Sub|Mul|Div|Mod|FloorDiv|FloorMod|Min|Max|Cast|Select|Call)' object")
+# A symbolic expression once dims are `sym`: operators, T.int64(S) casts and brackets around
+# at least one `sym`, e.g. "sym * sym * T.int64(S)" or "(sym - T.int64(S)) * T.int64(S)".
+_SYM_TERM = r"(?:sym|N|T\.int(?:32|64)\(S\))"
+_SYM_EXPR = re.compile(rf"\(?{_SYM_TERM}\)?(?:\s*[-+*/]\s*\(?{_SYM_TERM}\)?)+|\(sym\)")
+# tvm::min_value / max_value lack a bool case: a reduction over bool needs one or the other as
+# its identity (ReduceMax min_value, ReduceMin max_value), one gap in one helper pair.
+_MIN_MAX_VALUE = re.compile(r"Cannot decide (?:min|max)_value")
+_RELAX_VAR = re.compile(r"\b(?:lv|gv|alloc|[iwov])#")
+# After the first sentence TVM goes on about the instance (a hint naming its dims, a capped
+# tail), and an object dump "(span=..." or a structural path "caused by lhs at ..." is the
+# instance's IR: the check is said before them.
+_TAIL = re.compile(r"(?<=[\w)\]'`])\. .*$|\(span=.*$|,? caused by lhs at .*$")
+# Errors raised by Python itself inside a backend's code: their text names no check, so two of
+# them are one defect only when they come from one place (the op at fault, the stage).
+_GENERIC = re.compile(
+    r"NoneType|object has no attribute|object is not (?:subscriptable|iterable|callable)|cannot unpack"
+    r"|index out of range|out of bounds|unsupported operand type|^'?[\w.]*'?$"
+)
+
+
+def split(signature: str) -> tuple[str, str, str, str]:
+    """(backend, stage, opt, text) of "backend/stage/opt: text"; text is "" for a bare death."""
+    where, _, text = signature.partition(": ")
+    parts = where.split("/")
+    parts += [""] * (3 - len(parts))
+    return parts[0], parts[1], "/".join(parts[2:]), text
+
+
+def defect(signature: str) -> str:
+    """The crash text of `signature` with what varies between triggers of one check folded:
+    "backend: Type: message" (no stage: one backend message is one check, whichever of our
+    stages reached it)."""
+    backend, _, _, text = split(canonical(signature))
+    text = _HOWEVER.sub("", text)
+    text = _IR_OP.sub(r"\1", text)
+    text = _INVERSE_TRIG.sub("tirx.<inverse-trig>", text)
+    text = _PRIM_EXPR.sub("'<PrimExpr>' object", text)
+    text = _RELAX_VAR.sub("v#", text)
+    text = _MIN_MAX_VALUE.sub("Cannot decide min_value/max_value", text)
+    while True:
+        folded = _SYM_EXPR.sub("sym", text)
+        if folded == text:
+            break
+        text = folded
+    return f"{backend}: {_TAIL.sub('', text)}"
+
+
+def is_generic(signature: str) -> bool:
+    """Whether the crash text names no check of its own (Python's own errors, a bare death or
+    hang): then where it came from must tell defects apart."""
+    _, _, _, text = split(signature)
+    kind, sep, message = text.partition(": ")
+    if not sep:
+        return True  # "SIGSEGV", "timeout": a death says nothing of where
+    return bool(_GENERIC.search(message.strip())) and kind.rsplit(".", 1)[-1] in _PY_ERRORS
+
+
+# TVM's ONNX frontend names the node it failed on before re-raising ("Error converting operator
+# Expand, with inputs: ..."): the op at fault of an import-time crash.
+_CONVERTING = re.compile(r"Error converting operator (\w+)")
+
+
+def fault_op(log: str) -> str | None:
+    """The ONNX op type a backend's log says it failed on (the last one named), if any."""
+    found = _CONVERTING.findall(log)
+    return found[-1] if found else None
+
+
+_PY_ERRORS = {"TypeError", "AttributeError", "IndexError", "KeyError", "ValueError", "UnboundLocalError", "NameError"}

@@ -151,6 +151,7 @@ def build(graph: GraphIR, cut: Cut, recorded: Mapping[int, np.ndarray]) -> Candi
         for k in alive
     ]
     dynamic = [(new[v], d) for v, d in graph.dynamic if v in new and v not in is_weight]
+    dynamic += [(new[v], d) for v in inputs if v not in graph.inputs for d in symbolic_dims(graph, v)]
     small = GraphIR(
         types=[graph.types[v] for v in order],
         inputs=[new[v] for v in inputs],
@@ -175,6 +176,25 @@ def build(graph: GraphIR, cut: Cut, recorded: Mapping[int, np.ndarray]) -> Candi
     if not fills and all(v in recorded for v in cut.outputs):
         oracle = {output_name(new[v]): recorded[v] for v in cut.outputs}
     return Candidate(cut, small, values, oracle, {i: old for old, i in new.items()})
+
+
+def symbolic_dims(graph: GraphIR, value: int) -> list[int]:
+    """Dims of an inner value that were likely symbolic in the exported graph: those whose size
+    is the size of a dynamic input dim the value depends on. A fresh input standing for the
+    value gets them dynamic, so that a crash about symbolic shapes survives the subgraph's
+    removal (a static input would let the backend fold the shape away). A guess by size (a
+    coincidence marks a dim too many); the reducer keeps a candidate only when the finding holds."""
+    sizes: dict[int, set[int]] = {}
+    for v, d in graph.dynamic:
+        sizes.setdefault(v, set()).add(graph.types[v].shape[d])
+    for inst in graph.insts:
+        reach = set().union(*(sizes.get(v, set()) for v in inst.inputs))
+        for v in inst.outputs:
+            sizes[v] = reach
+        if value in inst.outputs:
+            break
+    found = sizes.get(value, set())
+    return [d for d, n in enumerate(graph.types[value].shape) if n in found]
 
 
 def pattern(ops: list[str]) -> str:

@@ -1,7 +1,8 @@
 """Run one candidate in the crash-isolated worker and tell whether it keeps the finding.
 
 "Keeps" means the same symptom on the same backend, stage and opt level, of the same class;
-a crash or hang also keeps its signature (its normalized error text), an inconsistency its
+a crash or hang also keeps its signature (its normalized error text, or for a backend's own
+check the same `signature.defect`), an inconsistency its
 reason (a wrong value stays a wrong value, not a wrong shape). An inconsistency's signature
 names the ops next to the first bad output, which reduction changes on purpose, so it is not
 compared.
@@ -25,6 +26,7 @@ from nnsmith_cov.campaign.testcase import (
 )
 from nnsmith_cov.campaign.worker_handle import WorkerHandle
 from nnsmith_cov.oracle.finding import Finding
+from nnsmith_cov.oracle.signature import defect, is_generic
 from nnsmith_cov.reduce.candidates import Candidate
 
 TORCH_STAGES = ("reference", "export")
@@ -51,7 +53,12 @@ def keeps(target: Finding, got: Finding | None) -> bool:
         return False
     if target.symptom == "inconsistency":
         return reason(got) == reason(target)
-    return got.signature == target.signature
+    if got.signature == target.signature:
+        return True
+    # A backend check's message is one defect whatever operands it prints ("R.subtract(..., lv3)"
+    # in the big graph, "(..., i0)" once the producer became an input); Python's own errors
+    # name no place, so for them only the exact text holds.
+    return not is_generic(target.signature) and defect(got.signature) == defect(target.signature)
 
 
 class Checker:

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
-from nnsmith_cov.flag_values import duration
-from nnsmith_cov.reduce.engine import DEFAULT_BUDGET_S
+from nnsmith_cov.flags import add_flags
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -22,24 +20,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def fill_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("bundle", type=Path, help="a finding's bundle folder (RUN/findings/...)")
-    p.add_argument(
-        "-o", "--out", type=Path, default=None, help="where the reduced bundle goes (default BUNDLE/reduced)"
-    )
-    p.add_argument(
-        "--time",
-        type=duration,
-        default=DEFAULT_BUDGET_S,
-        help=f"budget, e.g. 90s or 2m (default {DEFAULT_BUDGET_S:g} s); then the best so far is written",
-    )
-    p.add_argument("--timeout-s", type=duration, default=None, help="per worker request (default: the bundle's)")
-    p.add_argument(
-        "--plugin",
-        action="append",
-        default=[],
-        metavar="MODULE:CLASS",
-        help="trust the plug-in backend the bundle names",
-    )
+    add_flags(p, "reduce")  # its rows are in nnsmith_cov/flags.py
 
 
 def main(args: argparse.Namespace) -> int:
@@ -47,7 +28,7 @@ def main(args: argparse.Namespace) -> int:
     from nnsmith_cov.reduce.engine import ReduceError, reduce_bundle
 
     try:
-        result = reduce_bundle(args.bundle, args.out, args.time, args.plugin, args.timeout_s)
+        result = reduce_bundle(args.bundle, args.out, args.time, args.plugin or [], args.timeout_s)
     except BundleError as e:
         print(f"nnsmith-cov reduce: error: {e}", file=sys.stderr)
         return 2

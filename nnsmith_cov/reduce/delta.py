@@ -1,6 +1,8 @@
 """The search: shrink a cut while the finding holds, large chunks first, to a 1-minimal fixpoint.
 
-Passes, repeated until a round changes nothing (or the budget is spent):
+First, when the backend named the op it failed on, that op alone (each instruction of its
+type, last first, its inputs fresh): one run that often ends the search at one op. Then the
+passes, repeated until a round changes nothing (or the budget is spent):
   outputs   return fewer values (what only they needed goes with them);
   nodes     drop instructions, in chunks of half, a quarter, ... down to one (ddmin);
   cones     replace the private subgraph feeding one instruction by fresh inputs;
@@ -16,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from nnsmith_cov.gen.graph_ir import GraphIR
-from nnsmith_cov.reduce.candidates import FILLS, Cut, cone, drop_outputs, fill, leaves, remove
+from nnsmith_cov.reduce.candidates import FILLS, Cut, cone, drop_outputs, fill, leaves, normalized, remove
 
 Holds = Callable[[Cut], bool]  # runs the cut's candidate: does the finding hold?
 
@@ -35,14 +37,20 @@ class Search:
     time.monotonic(), `values` turns on the leaf-value pass (findings whose expected outputs
     do not matter: filling a leaf would need a new reference run otherwise)."""
 
-    def __init__(self, graph: GraphIR, start: Cut, holds: Holds, deadline: float, values: bool) -> None:
+    def __init__(
+        self, graph: GraphIR, start: Cut, holds: Holds, deadline: float, values: bool, first: Sequence[Cut] = ()
+    ) -> None:
         self.graph = graph
         self.holds = holds
         self.deadline = deadline
         self.values = values
+        self.first = list(first)  # cuts tried once before the passes (the op at fault alone)
         self.p = Progress(start)
 
     def run(self) -> Progress:
+        for cut in self.first:
+            if self.p.out_of_time or self.attempt(cut, "fault"):
+                break
         while not self.p.out_of_time:
             before = self.p.steps
             self.outputs()
@@ -101,6 +109,19 @@ class Search:
             for how in FILLS:
                 if self.p.out_of_time or self.attempt(fill(self.p.cut, v, how), "values"):
                     break
+
+
+def alone(graph: GraphIR, cut: Cut, onnx_op: str) -> list[Cut]:
+    """Cuts keeping one instruction whose op exports as ONNX `onnx_op`, last first. A spec is
+    taken to export as the ONNX op its name starts with ("Concat3" as Concat, "PadConstant" as
+    Pad); a spec that exports under another name simply has no such cut."""
+    want = onnx_op.lower()
+    found = []
+    for k in sorted(cut.keep, reverse=True):
+        inst = graph.insts[k]
+        if inst.op.lower().startswith(want):
+            found.append(normalized(graph, Cut(frozenset({k}), tuple(sorted(inst.outputs)), cut.fills)))
+    return [c for c in found if c is not None]
 
 
 def chunks(items: Callable[[], Sequence[int]], drop: Callable[[list[int]], bool], search: Search) -> None:

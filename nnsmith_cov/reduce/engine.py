@@ -23,9 +23,10 @@ from nnsmith_cov.materialize.model_dir import leaf_names
 from nnsmith_cov.materialize.torch_module import output_name
 from nnsmith_cov.oracle.bundle import Bundle, read_bundle, write_bundle
 from nnsmith_cov.oracle.finding import Finding
+from nnsmith_cov.oracle.signature import fault_op
 from nnsmith_cov.reduce.candidates import Candidate, build, full_cut, pattern
 from nnsmith_cov.reduce.check import TORCH_STAGES, Checker, keeps
-from nnsmith_cov.reduce.delta import Search
+from nnsmith_cov.reduce.delta import Search, alone
 from nnsmith_cov.reduce.script import write_script
 from nnsmith_cov.reduce.trace import TraceError, record_values
 
@@ -141,7 +142,10 @@ def reduce_bundle(
                 return keeps(target, checker.run(build(bundle.graph, cut, recorded)).finding)
 
             deadline = t0 + budget_s
-            search = Search(bundle.graph, full_cut(bundle.graph), holds, deadline, target.symptom != "inconsistency")
+            start = full_cut(bundle.graph)
+            named = fault_op(target.log) if target.symptom == "crash" else None
+            first = alone(bundle.graph, start, named) if named else []
+            search = Search(bundle.graph, start, holds, deadline, target.symptom != "inconsistency", first)
             progress = search.run()
             if progress.steps:
                 final = build(bundle.graph, progress.cut, recorded)

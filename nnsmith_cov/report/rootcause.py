@@ -17,13 +17,15 @@ its reduction (a note says so).
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
+import os
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from nnsmith_cov.bounded_read import DataError, json_type, loads_json, read_json
 from nnsmith_cov.oracle.finding import CLASSES
-from nnsmith_cov.oracle.signature import canonical
+from nnsmith_cov.oracle.refusal import error_class
+from nnsmith_cov.oracle.signature import canonical, defect, fault_op, is_generic, split
 
 FINDINGS_LOG = "findings.jsonl"
 REDUCED = "reduced"  # BUNDLE/reduced/: the reducer's output for BUNDLE
@@ -146,7 +148,11 @@ def triage_run(run: Path, times_from_corpus: bool = True) -> Triage:
             continue
         if red is not None:
             reductions[bundle] = red
-    causes = group(occurrences, reductions)
+    faults = {}
+    for o in occurrences:
+        if o.bundle is not None and o.bundle not in faults and o.symptom == "crash" and is_generic(o.signature):
+            faults[o.bundle] = bundle_fault_op(o.bundle)
+    causes = group(occurrences, reductions, {b: op for b, op in faults.items() if op is not None})
     if times_from_corpus:
         _times_from_corpus(run, causes)
     return Triage(
@@ -181,7 +187,7 @@ def read_findings(run: Path) -> list[Occurrence]:
     out = []
     for number, raw in enumerate(lines, 1):
         if raw.strip():
-            out.append(_occurrence(raw, f"{log}:{number}", run))
+            out.append(reclassed(_occurrence(raw, f"{log}:{number}", run)))
     return out
 
 
@@ -269,20 +275,76 @@ def _pattern_text(pattern: Any) -> str | None:
     return None
 
 
-def root_key(o: Occurrence, reductions: dict[Path, Reduction]) -> str:
-    """What makes two findings of one class one root cause: the reduced pattern on one backend,
-    symptom and stage once the bundle was reduced; else the signature, normalized again."""
+def root_key(o: Occurrence, reductions: dict[Path, Reduction], faults: dict[Path, str] | None = None) -> str:
+    """What makes two findings of one class one root cause.
+
+    A crash whose message names a check of the backend's own ("Binary operators must have the
+    same datatype", "unknown intrinsic tirx.asin") is keyed by that message with its instance
+    text folded (`signature.defect`), on one backend, whatever the op, graph or stage: the
+    backend prints that text from one place, so every graph that reaches it shows one defect,
+    and the ops differ only in which member of a family (Elu, Selu, ThresholdedRelu building a
+    float32 constant for an fp16 input) took the shared path there. The fix, and the issue one
+    would file, is one.
+
+    A crash whose text is Python's own ("'NoneType' object is not iterable") or a death names no
+    place: two of them are one defect only at one stage in one op at fault, the op the backend
+    says it was converting (TVM's "Error converting operator X") or else the reduced graph's op
+    pattern (the ops it could not lose); without either, the signature alone.
+
+    Inconsistencies and hangs: the reduced op pattern on one backend, symptom and stage once the
+    bundle was reduced, else the signature, normalized again."""
     red = reductions.get(o.bundle) if o.bundle is not None else None
+    if o.symptom == "crash" and o.signature.partition(": ")[1]:
+        if not is_generic(o.signature):
+            return f"{o.category} crash: {defect(o.signature)}"
+        fault = (faults or {}).get(o.bundle) if o.bundle is not None else None
+        if fault is not None:
+            return f"{o.category} crash: {defect(o.signature)} at {o.stage} in {fault}"
+        if red is not None:
+            return f"{o.category} crash: {defect(o.signature)} at {o.stage} in {red.pattern}"
     if red is None:
         return f"{o.category} signature: {canonical(o.signature)}"
     return f"{o.category} pattern: {o.symptom}/{o.backend}/{o.stage}: {red.pattern}"
 
 
-def group(occurrences: list[Occurrence], reductions: dict[Path, Reduction]) -> list[RootCause]:
-    """Root causes of `occurrences` (in commit order), sorted for the table."""
+_LOG_TAIL = 1 << 16  # bytes of error.log read: the worker's output sits at its end
+
+
+def bundle_fault_op(bundle: Path) -> str | None:
+    """The ONNX op the backend says it failed on, from the bundle's (reduced, else own) error.log."""
+    for log in (bundle / REDUCED / "error.log", bundle / "error.log"):
+        try:
+            with open(log, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(f.tell() - _LOG_TAIL, 0))
+                found = fault_op(f.read().decode("utf-8", "replace"))
+        except OSError:
+            continue
+        if found:
+            return found
+    return None
+
+
+def reclassed(o: Occurrence) -> Occurrence:
+    """`o` with the class today's rules give a PyTorch-side error a run filed as a bug (runs from
+    before PyTorch's own failures were kept out of the compiler bugs)."""
+    if o.backend != "torch" or o.category != OLD_CLASS or o.symptom != "crash":
+        return o
+    kind, _, message = split(o.signature)[3].partition(": ")
+    verdict = error_class("torch", o.stage, kind, message)
+    if verdict is None:
+        return o
+    return replace(o, category=verdict.category, rule=f"{verdict.rule} (re-read)")
+
+
+def group(
+    occurrences: list[Occurrence], reductions: dict[Path, Reduction], faults: dict[Path, str] | None = None
+) -> list[RootCause]:
+    """Root causes of `occurrences` (in commit order), sorted for the table; `faults` maps a
+    bundle to its op at fault (`fault_op`)."""
     groups: dict[str, list[Occurrence]] = {}
     for o in occurrences:
-        groups.setdefault(root_key(o, reductions), []).append(o)
+        groups.setdefault(root_key(o, reductions, faults), []).append(o)
     causes = [_cause(key, members, reductions) for key, members in groups.items()]
     causes.sort(key=lambda rc: (_class_rank(rc.category), -rc.findings, rc.first_test))
     return causes

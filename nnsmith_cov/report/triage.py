@@ -19,8 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from nnsmith_cov.flag_values import duration as duration_arg
-from nnsmith_cov.oracle.finding import CLASSES
+from nnsmith_cov.flags import add_flags
 from nnsmith_cov.report.rootcause import REDUCE_JSON, REDUCED, RootCause, Triage, TriageError, triage_run
 
 # Reduces one bundle within a budget in seconds, writing BUNDLE/reduced/ (reduce.json, the
@@ -39,28 +38,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run", type=Path, metavar="RUN", help="a run folder (what `fuzz -o` wrote)")
-    p.add_argument(
-        "--reduce",
-        action="store_true",
-        help="first reduce the first bundle of each root cause not reduced yet (`nnsmith-cov reduce`), in table order",
-    )
-    p.add_argument(
-        "--reduce-time",
-        type=duration_arg,
-        default=DEFAULT_REDUCE_BUDGET_S,
-        metavar="TIME",
-        help=f"with --reduce: the budget of each bundle, e.g. 90s or 2m (default {DEFAULT_REDUCE_BUDGET_S:g} s)",
-    )
-    p.add_argument(
-        "--plugin",
-        action="append",
-        default=[],
-        metavar="MODULE:CLASS",
-        help="with --reduce: trust a plug-in backend the bundles name (a bundle is data: it never imports code)",
-    )
-    p.add_argument("--json", action="store_true", help="print JSON instead of the table")
-    p.add_argument("--class", dest="cls", choices=CLASSES, help="only root causes of this class")
+    add_flags(p, "triage")  # its rows are in nnsmith_cov/flags.py
 
 
 def main(args: argparse.Namespace, reducer: Reducer | None = None) -> int:
