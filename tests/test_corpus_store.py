@@ -359,7 +359,7 @@ def test_verify_passes_a_sound_corpus(store: CorpusStore, tmp_path: Path) -> Non
 @pytest.mark.parametrize(
     "db, key, value, says",
     [
-        (b"meta", b"schema", msgpack.packb(2), "has corpus schema 2; this nnsmith-cov reads schema 1"),
+        (b"meta", b"schema", msgpack.packb(3), "has corpus schema 3; this nnsmith-cov reads schemas 1, 2"),
         (b"meta", b"schema", None, "not a campaign corpus (no schema)"),
         (b"meta", b"config", b"{not json", "config is not JSON"),
         (b"meta", b"universe_size", msgpack.packb("many"), "universe_size must be"),

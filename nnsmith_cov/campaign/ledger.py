@@ -35,9 +35,11 @@ import numpy as np
 
 from nnsmith_cov.bounded_read import loads_json, read_json
 from nnsmith_cov.campaign.internal import SYMPTOM, InternalError, is_internal, write_internal_bundle
+from nnsmith_cov.campaign.resources import disk_kb, rss_kb
 from nnsmith_cov.campaign.run_dir import RunDir
 from nnsmith_cov.campaign.run_stats import RunStats
 from nnsmith_cov.campaign.testcase import CaseResult
+from nnsmith_cov.corpus.budget import DiskBudget
 from nnsmith_cov.corpus.records import TestEntry, TestRecord, TimelineRow
 from nnsmith_cov.corpus.store import CorpusStore
 from nnsmith_cov.coverage.collector import pass_filters
@@ -114,6 +116,12 @@ class Ledger:
         self.pass_mask: np.ndarray | None = None
         self._next_point = 0.0
         self._rows = 0  # timeline rows this process wrote
+        # resources are sampled with the timeline, at most every resources_s (a walk of the run folder)
+        self.resources_s = 30.0
+        self._next_sample = 0.0
+        self.workers_rss: Callable[[], list[int]] = list  # the owner's workers' resident KiB
+        self.max_corpus_bytes = 0  # the disk budget (--max-corpus-mb; 0: none)
+        self.budget: DiskBudget | None = None
 
     # -- coverage ------------------------------------------------------------------------------
     def track(self, universe: Universe, filters: list[str] | None) -> None:
@@ -272,8 +280,13 @@ class Ledger:
         # A point whenever coverage or findings moved (exact curves, also on a replay's
         # borrowed clock), and at least every timeline_s, first and last.
         if notable or last or self._rows == 0 or elapsed >= self._next_point:
+            if last or self._rows == 0 or elapsed >= self._next_sample:
+                self.sample()
+                self._next_sample = elapsed + self.resources_s
             axis = tests_axis if tests_axis is not None else st.tests
-            point = TimelineRow(elapsed, axis, st.branches or 0, st.pass_branches or 0, st.corpus, st.findings.total())
+            workers = sum(st.worker_rss_kb)
+            counts = (st.branches or 0, st.pass_branches or 0, st.corpus, st.findings.total())
+            point = TimelineRow(elapsed, axis, *counts, st.disk_kb, st.rss_kb, workers)
             self._next_point = elapsed + self.timeline_s
         virgin = self.covmap if entry is not None and entry.hits is not None else None
         self.store.commit(
@@ -286,6 +299,31 @@ class Ledger:
             run_stats=st.to_json(),
         )
         self._rows += point is not None
+        if self.max_corpus_bytes > 0:
+            self._enforce(entry)
+
+    def sample(self) -> None:
+        """Measure disk and memory now into the stats (stats.json, the status screen, the timeline)."""
+        st = self.stats
+        st.disk_kb = disk_kb(self.run.root)
+        st.rss_kb = rss_kb(os.getpid())
+        st.worker_rss_kb = self.workers_rss()
+        if self.store is not None:
+            st.corpus_kb = self.store.used_bytes() >> 10
+
+    def _enforce(self, entry: TestEntry | None) -> None:
+        assert self.store is not None
+        if self.budget is None:
+            if self.store.meta.schema < 2:  # an old corpus resumed: its raw blobs cannot be marked dropped
+                self.max_corpus_bytes = 0
+                return
+            self.budget = DiskBudget(self.store, self.max_corpus_bytes)
+        if entry is not None and entry.hits is not None:
+            self.budget.note(entry.hits)
+        done = self.budget.after_commit()
+        if done is not None:
+            self.stats.blobs_dropped += len(done.tests)
+            self.stats.corpus_kb = done.used_bytes >> 10
 
     def _stage(self, final: Path, test_id: int, finding: Finding, t: Finished) -> Path:
         path = final.parent / STAGED / str(test_id) / final.name

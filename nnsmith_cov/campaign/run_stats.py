@@ -29,6 +29,15 @@ class RunStats:
     unsupported: collections.Counter[str] = field(default_factory=collections.Counter)
     learned: list[str] = field(default_factory=list)  # (backend, op, sig, opset) refusals this process learned
     restarts: int = 0
+    recycles: int = 0  # workers replaced on schedule (--recycle-after, --worker-max-rss-mb), this process
+    # resources, sampled with the timeline (Ledger): the run folder on disk, resident memory of
+    # this process and of each worker (KiB), the corpus's live records, and tests whose blobs
+    # the disk budget dropped
+    disk_kb: int = 0
+    rss_kb: int = 0
+    worker_rss_kb: list[int] = field(default_factory=list)
+    corpus_kb: int = 0
+    blobs_dropped: int = 0
     branches: int | None = None  # covered so far, with a collector (None without)
     pass_branches: int | None = None  # of those, in optimization passes
     universe: int | None = None
@@ -82,7 +91,8 @@ class RunStats:
         self.executed, self.passed, self.no_values = num("executed"), num("passed"), num("no_values")
         self.gen_failed, self.infeasible = num("generation_failed"), num("infeasible_dropped")
         self.internal_errors = num("internal_errors", num("faults"))  # "faults": stats.json before 0.2
-        self.restarts = 0  # this process's workers
+        self.restarts = self.recycles = 0  # this process's workers
+        self.blobs_dropped = num("blobs_dropped")
         table = before.get("unsupported_signatures")
         if isinstance(table, dict):
             self.unsupported.update({k: v for k, v in table.items() if isinstance(v, int) and v > 0})
@@ -113,6 +123,14 @@ class RunStats:
             "unsupported_learned": list(self.learned),
             "last_unique_s": None if self.last_unique_s is None else round(self.last_unique_s, 3),
             "worker_restarts": self.restarts,
+            "worker_recycles": self.recycles,
+            "blobs_dropped": self.blobs_dropped,
+            "resources": {
+                "disk_mb": round(self.disk_kb / 1024, 1),
+                "corpus_mb": round(self.corpus_kb / 1024, 1),
+                "rss_mb": round(self.rss_kb / 1024, 1),
+                "worker_rss_mb": [round(k / 1024, 1) for k in self.worker_rss_kb],
+            },
             "corpus": self.corpus,
             "op_tests": dict(sorted(self.op_tests.items())),
             "export_tests": dict(sorted(self.export_tests.items())),

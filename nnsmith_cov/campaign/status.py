@@ -152,7 +152,23 @@ def result_rows(st: RunStats, now: float, max_tests: int | None = None) -> list[
         ["infeasible", f"{st.infeasible} dropped"],
         ["tests/s", f"{recent_rate(st, now):.2f} (1 min), {overall_rate(st, now):.2f} all"],
         ["restarts", f"{st.restarts}, internal errors {st.internal_errors}"],
+        ["disk", _disk(st)],
+        ["memory", _memory(st)],
     ]
+
+
+def _disk(st: RunStats) -> str:
+    dropped = f", {st.blobs_dropped} dropped" if st.blobs_dropped else ""
+    return f"{_mib(st.disk_kb)} (corpus {_mib(st.corpus_kb)}{dropped})"
+
+
+def _memory(st: RunStats) -> str:
+    workers = "+".join(_mib(k) for k in st.worker_rss_kb) or "-"
+    return f"{_mib(st.rss_kb)}, workers {workers}" + (f" ({st.recycles} recycled)" if st.recycles else "")
+
+
+def _mib(kb: int) -> str:
+    return f"{kb / 1024:.0f}M" if kb < 10 << 20 else f"{kb / (1 << 20):.1f}G"
 
 
 def coverage_rows(st: RunStats) -> list[list[str]]:
@@ -170,9 +186,12 @@ def coverage_rows(st: RunStats) -> list[list[str]]:
 
 
 def finding_rows(st: RunStats) -> list[list[str]]:
-    """One row per symptom, its count split by stage/backend; then the unique signatures."""
+    """One row per symptom, its count split by stage/backend; then the unique signatures (and
+    the backends' refusals, which are no findings, when there were any)."""
+    refused = sum(st.unsupported.values())
+    unsupported = [["unsupported", f"{refused} runs, {len(st.learned)} learned"]] if refused else []
     if not st.findings:
-        return [["findings", "none yet"], ["unique", "0 signatures"]]
+        return [["findings", "none yet"], ["unique", "0 signatures"], *unsupported]
     places: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     for kind, n in st.findings.items():
         symptom, where = kind.split("/", 1)
@@ -181,7 +200,7 @@ def finding_rows(st: RunStats) -> list[list[str]]:
         [symptom, f"{sum(c.values())}: " + ", ".join(f"{w} {n}" for w, n in c.most_common())]
         for symptom, c in sorted(places.items())
     ]
-    return [*rows, ["unique", f"{len(st.signatures)} signatures"]]
+    return [*rows, ["unique", f"{len(st.signatures)} signatures"], *unsupported]
 
 
 def stage_rows(st: RunStats, window: int = STAGE_WINDOW) -> list[list[str]]:
@@ -259,6 +278,7 @@ def log_line(
         f"no-values {st.no_values}"
         + (f" restarts {st.restarts}" if st.restarts else "")
         + (f" internal {st.internal_errors}" if st.internal_errors else "")
+        + (f" disk {_mib(st.disk_kb)} rss {_mib(st.rss_kb)}+{_mib(sum(st.worker_rss_kb))}" if st.disk_kb else "")
     ]
     if st.branches is not None:
         if st.parts:
@@ -268,7 +288,8 @@ def log_line(
         last = "never" if st.last_new_s is None else _fmt_time(max(0.0, now - st.last_new_s))
         out.append(f"{cov} corpus {st.corpus} last-new {last}")
     symptoms = " ".join(f"{k} {n}" for k, n in sorted(_by_symptom(st).items())) or "none"
-    out.append(f"findings {symptoms} (unique {len(st.signatures)})")
+    refused = sum(st.unsupported.values())
+    out.append(f"findings {symptoms} (unique {len(st.signatures)})" + (f" unsupported {refused}" if refused else ""))
     if arms is None or not arms.get("feedback"):
         out.append("feedback off")
     else:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from nnsmith_cov.campaign.protocol import FrameReader, ProtocolError, write_frame
+from nnsmith_cov.campaign.resources import rss_kb
 
 if TYPE_CHECKING:
     from nnsmith_cov.coverage.universe import Universe
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 # and N workers on N cores do not fight.
 _WORKER_ENV = {"OMP_NUM_THREADS": "1", "TVM_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 LOG_LIMIT = 8 << 20  # a worker log past this is cut at the next call
+_TEST_START = ("prepare", "export")  # the first request of each test: where a worker is recycled
 
 
 class WorkerStartError(Exception):
@@ -65,8 +67,15 @@ class WorkerHandle:
         collector: str = "",
         cov_targets: list[str] | None = None,
         mem_limit_mb: int = 0,
+        recycle_after: int = 0,
+        max_rss_mb: int = 0,
     ) -> None:
         self.backends = backends
+        # Recycling (AFL++'s fork mode, libFuzzer's -rss_limit_mb): a fresh worker after this
+        # many tests, or once the worker's resident memory passes max_rss_mb (0: never).
+        self.recycle_after, self.max_rss_mb = recycle_after, max_rss_mb
+        self.tests = 0  # tests begun on the current worker process
+        self.recycles = 0
         self.mem_limit_mb = mem_limit_mb  # the worker's address-space limit (0: none)
         self.collector = collector
         self.cov_targets = cov_targets or []
@@ -112,6 +121,7 @@ class WorkerHandle:
         self._to_child, self._from_child = req_w, rep_r
         self._reader = FrameReader()
         self.starts += 1
+        self.tests = 0
         reply = self.call({"kind": "hello"}, self.startup_timeout_s)
         if reply.msg is None or reply.msg.get("kind") != "ready":
             how = "did not answer in time" if reply.hung else (reply.died or "answered wrongly")
@@ -149,6 +159,27 @@ class WorkerHandle:
             self.deaths -= 1  # a death on the fixed warm-up model is no test's finding
             self.warm_backends = []
             self.start()
+
+    def rss_kb(self) -> int:
+        """The worker's resident memory in KiB (0 when none runs)."""
+        return rss_kb(self.proc.pid) if self.proc is not None and self.proc.poll() is None else 0
+
+    def _recycle_due(self) -> str | None:
+        if self.proc is None or self.proc.poll() is not None or self.tests == 0:
+            return None  # a fresh worker already over the memory limit is not replaced again and again
+        if self.recycle_after and self.tests >= self.recycle_after:
+            return f"after {self.tests} tests"
+        if self.max_rss_mb and self.rss_kb() > self.max_rss_mb << 10:
+            return f"at {self.rss_kb() >> 10} MiB resident"
+        return None
+
+    def recycle(self) -> None:
+        """Replace a live worker by a fresh one, as after a crash but counted apart: the
+        fresh one is warmed up the same way, so what the next test measures does not
+        depend on when the worker was replaced."""
+        self.close()
+        self.recycles += 1
+        self.start()
 
     def universe(self, timeout_s: float = 300.0) -> Universe:
         """The branch universe of the worker's collector."""
@@ -190,6 +221,10 @@ class WorkerHandle:
         """Send `request`, wait for its final reply for at most `timeout_s` seconds."""
         if self.proc is None and request["kind"] != "hello":
             self.start()
+        if request["kind"] in _TEST_START:
+            if self._recycle_due() is not None:
+                self.recycle()
+            self.tests += 1
         log_start = self._log_size()
         if log_start > LOG_LIMIT:
             os.truncate(self.log_path, 0)  # the child appends (O_APPEND), so cutting is safe
@@ -263,3 +298,10 @@ class WorkerHandle:
                 return f.read().decode("utf-8", "replace")
         except FileNotFoundError:
             return ""
+
+
+def recycling(handle: object, after_tests: int, max_rss_mb: int) -> None:
+    """Set a local worker's recycling points (--recycle-after, --worker-max-rss-mb); other
+    handle kinds (a Ray actor's) keep their own lifecycle."""
+    if isinstance(handle, WorkerHandle):
+        handle.recycle_after, handle.max_rss_mb = after_tests, max_rss_mb

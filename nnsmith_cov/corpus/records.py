@@ -16,7 +16,8 @@ from nnsmith_cov.coverage.covmap import Hits, Novelty, VirginMap
 
 T = TypeVar("T")
 
-CORPUS_SCHEMA = 1
+CORPUS_SCHEMA = 2  # 2: blobs tagged and compressed (corpus/blobpack.py); 1: raw blobs
+READABLE_SCHEMAS = (1, 2)  # a schema 1 corpus still opens, replays and resumes (in its own format)
 # One LMDB environment per campaign: a folder holding data.mdb, lock.mdb (LMDB's
 # reader table) and writer.lock (held by the one process that writes). Integers in
 # keys are big-endian, so LMDB's byte order is numeric order. Values are msgpack
@@ -39,7 +40,9 @@ CORPUS_SCHEMA = 1
 #              "corpus": true, "blobs": ["inputs.npz", "model.onnx", "oracle.npz"], "findings": 0}
 #             "corpus": true: the test set new map bits and has a bitmap; false: it is kept for its
 #             findings only. "novelty" is [new branches, new buckets], or null without a collector.
-#   blobs     u64 id + name          raw bytes; the names are the record's "blobs" ([A-Za-z0-9._-], <= 64)
+#   blobs     u64 id + name          schema 2: a tag byte and the bytes, compressed, the model's weights
+#                                    stored once (see corpus/blobpack.py); schema 1: raw bytes. The
+#                                    names are the record's "blobs" ([A-Za-z0-9._-], <= 64)
 #   bitmaps   u64 id                 zlib(msgpack {"index": <u32le * n>, "count": <u32le * n>}): Hits.to_wire()
 #   state     b"virgin"              zlib of one byte per branch of the universe (VirginMap.to_bytes's format)
 #             b"scheduler"           msgpack Scheduler.state()                  (absent until first saved)
@@ -48,7 +51,9 @@ CORPUS_SCHEMA = 1
 #             b"counters"            msgpack {"next_test_id": 43, "tests_run": 41, "elapsed_s": 611.4,
 #                                             "corpus": 9, "finding_only": 2, "findings": 3, "timeline": 5}
 #   timeline  u64 row number         msgpack {"elapsed_s": 600.0, "tests": 39, "branches": 4466,
-#                                             "pass_branches": 210, "corpus": 9, "findings": 3}
+#                                             "pass_branches": 210, "corpus": 9, "findings": 3,
+#                                             "disk_kb": 81234, "rss_kb": 612000, "worker_rss_kb": 1403000}
+#                                    (the last three absent in older corpora: read as 0)
 #   findings  u64 id + u32 k         msgpack, Finding.header() and what the campaign adds, e.g.
 #             {"symptom": "crash", "backend": "tvm", "stage": "compile", "opt": "opt",
 #              "localized": null, "signature": "tvm/compile: InternalError: Check failed: ...", "new": true}
@@ -144,6 +149,10 @@ class TimelineRow:
     pass_branches: int
     corpus: int
     findings: int
+    # resources at that point (0: not measured; rows of older corpora lack them)
+    disk_kb: int = 0  # the run folder, as allocated on disk
+    rss_kb: int = 0  # the campaign's own process, resident
+    worker_rss_kb: int = 0  # its workers together, resident
 
 
 @dataclass(frozen=True)
@@ -332,21 +341,42 @@ def encode_entry(entry: TestEntry, universe_size: int) -> tuple[bytes, list[byte
     return record, findings
 
 
-def encode_bitmap(hits: Hits) -> bytes:
-    return zlib.compress(pack(hits.to_wire()), 6)
+def encode_bitmap(hits: Hits, schema: int = CORPUS_SCHEMA) -> bytes:
+    if schema < 2:
+        return zlib.compress(pack(hits.to_wire()), 6)
+    # Sorted indices as gaps, each u32 array split into its four byte planes: the high
+    # planes are nearly all zero and zlib then halves what schema 1 stored.
+    gaps = np.diff(hits.index.astype(np.uint32), prepend=np.uint32(0)).astype(np.uint32)
+    return zlib.compress(pack({"gaps": _planes(gaps), "count": _planes(hits.count)}), 6)
 
 
-def decode_bitmap(data: bytes, universe_size: int) -> Hits:
+def decode_bitmap(data: bytes, universe_size: int, schema: int = CORPUS_SCHEMA) -> Hits:
     # 8 bytes per reached branch at most, plus msgpack's few framing bytes
     obj = unpack(inflate(data, 8 * universe_size + 64))
+    first = "index" if schema < 2 else "gaps"
     _need(
-        isinstance(obj, dict) and set(obj) == {"index", "count"} and all(isinstance(v, bytes) for v in obj.values()),
-        "bitmap must be {index, count} bytes",
+        isinstance(obj, dict) and set(obj) == {first, "count"} and all(isinstance(v, bytes) for v in obj.values()),
+        f"bitmap must be {{{first}, count}} bytes",
     )
-    _need(len(obj["index"]) % 4 == 0 and len(obj["count"]) % 4 == 0, "bitmap arrays must be whole u32s")
+    _need(len(obj[first]) % 4 == 0 and len(obj["count"]) % 4 == 0, "bitmap arrays must be whole u32s")
+    if schema >= 2:
+        gaps, count = _unplanes(obj["gaps"]), _unplanes(obj["count"])
+        _need(bool(np.all(gaps[1:] > 0)), "bitmap indices must be increasing")
+        index = np.cumsum(gaps, dtype=np.uint64)
+        _need(not len(index) or int(index[-1]) < 1 << 32, "bitmap index past u32")
+        obj = {"index": index.astype("<u4").tobytes(), "count": count.astype("<u4").tobytes()}
     hits = Hits.from_wire(obj, universe_size)
     _need(len(hits) == len(obj["index"]) // 4, "bitmap indices must be unique, with counts >= 1")
     return hits
+
+
+def _planes(a: np.ndarray) -> bytes:
+    return np.ascontiguousarray(a.astype("<u4").view(np.uint8).reshape(-1, 4).T).tobytes()
+
+
+def _unplanes(data: bytes) -> np.ndarray:
+    planes = np.frombuffer(data, np.uint8).reshape(4, -1)
+    return np.ascontiguousarray(planes.T).view("<u4").reshape(-1).astype(np.uint32)
 
 
 def encode_virgin(virgin: VirginMap) -> bytes:
@@ -380,6 +410,10 @@ def decode_finding(data: bytes) -> dict[str, Any]:
     return obj
 
 
+# fields added later: a record written before them reads as 0
+_OPTIONAL_COUNTS = {"TimelineRow": {"disk_kb", "rss_kb", "worker_rss_kb"}}
+
+
 def _encode_counts(obj: Counters | TimelineRow) -> bytes:
     return pack({k: getattr(obj, k) for k in type(obj).__dataclass_fields__})
 
@@ -388,7 +422,9 @@ def _decode_counts(cls: type[T], data: bytes, what: str) -> T:
     """A flat record of a non-negative `elapsed_s` and integer counts (Counters, TimelineRow)."""
     fields = tuple(cls.__dataclass_fields__)  # type: ignore[attr-defined]
     obj = unpack(data)
-    _need(isinstance(obj, dict) and set(obj) == set(fields), f"{what} fields differ from the schema")
+    optional = _OPTIONAL_COUNTS.get(cls.__name__, set())
+    _need(isinstance(obj, dict) and set(fields) - optional <= set(obj) <= set(fields), f"{what} fields differ")
+    obj = {k: 0 for k in optional} | obj
     _need(is_number(obj["elapsed_s"]) and obj["elapsed_s"] >= 0, "elapsed_s must be a non-negative number")
     ints = {k: _count(obj[k], k) for k in fields if k != "elapsed_s"}
     return cls(elapsed_s=float(obj["elapsed_s"]), **ints)

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import lmdb
 
+from nnsmith_cov.corpus.blobpack import DROPPED, is_dropped, pack_blobs
 from nnsmith_cov.corpus.environment import (
     check_data_file,
     fsync_dir,
@@ -27,6 +28,7 @@ from nnsmith_cov.corpus.records import (
     CORPUS_SCHEMA,
     DB_NAMES,
     MAX_ID,
+    READABLE_SCHEMAS,
     CorpusError,
     Counters,
     TestEntry,
@@ -73,6 +75,7 @@ class CorpusStore:
         self._env = env
         self._lock_fd = lock_fd
         self._universe_size = 0  # until the meta is read
+        self._schema = 1
         try:
             self._db = {name: env.open_db(name.encode(), create=False) for name in DB_NAMES}
         except lmdb.NotFoundError:
@@ -82,6 +85,7 @@ class CorpusStore:
         with self.snapshot() as view:
             self.meta: CorpusMeta = view.meta()
             self._universe_size = self.meta.universe_size
+            self._schema = self.meta.schema
             view.counters()  # a corpus without readable counters cannot be resumed or reported
 
     # -- opening and closing ---------------------------------------------------------------
@@ -94,8 +98,13 @@ class CorpusStore:
         universe: Universe | None,
         *,
         map_size: int = DEFAULT_MAP_SIZE,
+        schema: int = CORPUS_SCHEMA,
     ) -> CorpusStore:
-        """A new, empty corpus at `path`, open for writing; refuses a path that exists."""
+        """A new, empty corpus at `path`, open for writing; refuses a path that exists.
+
+        `schema` 1 writes the old format (raw blobs): for tests of old corpora only."""
+        if schema not in READABLE_SCHEMAS:
+            raise ValueError(f"corpus schema {schema} is not one of {READABLE_SCHEMAS}")
         path = Path(path)
         if path.exists() or path.is_symlink():
             raise CorpusError(f"{path} already exists: resume that campaign, or name a new one")
@@ -106,7 +115,7 @@ class CorpusStore:
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in versions.items()):
             raise ValueError("versions must map names to version strings")
         meta = {
-            b"schema": pack(CORPUS_SCHEMA),
+            b"schema": pack(schema),
             b"created": pack(time.time()),
             b"config": config_text.encode(),
             b"versions": pack(dict(versions)),
@@ -259,10 +268,12 @@ class CorpusStore:
                 raise ValueError(f"test {test_id}: {e}") from None
             n_findings = len(findings)
             puts.append((db["tests"], key, record))
-            puts += [(db["blobs"], key + name.encode(), bytes(data)) for name, data in entry.blobs.items()]
+            # a resumed schema 1 corpus goes on in its own format: one schema per corpus
+            stored = pack_blobs(entry.blobs) if self._schema >= 2 else {n: bytes(d) for n, d in entry.blobs.items()}
+            puts += [(db["blobs"], key + name.encode(), data) for name, data in stored.items()]
             puts += [(db["findings"], finding_key(test_id, k), f) for k, f in enumerate(findings)]
             if entry.hits is not None:
-                puts.append((db["bitmaps"], key, encode_bitmap(entry.hits)))
+                puts.append((db["bitmaps"], key, encode_bitmap(entry.hits, self._schema)))
         if virgin is not None:
             if virgin.size != size:
                 raise ValueError(f"virgin map of {virgin.size} branches, the universe has {size}")
@@ -302,6 +313,39 @@ class CorpusStore:
         data = _encode_scheduler(state)
         self._write(lambda txn: txn.put(b"scheduler", data, db=self._db["state"]))
 
+    def drop_blobs(self, test_ids: list[int]) -> int:
+        """Replace the blobs of `test_ids` by a dropped marker (schema 2 only), in one
+        transaction; records, bitmaps and findings stay. Returns the stored bytes freed."""
+        if self._env is None or self.readonly:
+            raise CorpusError(f"{self.path} is {'closed' if self._env is None else 'open readonly'}: cannot write")
+        if self._schema < 2:
+            raise CorpusError(f"{self.path} is a schema {self._schema} corpus: its blobs cannot be dropped")
+        blobs = self._db["blobs"]
+
+        def body(txn: lmdb.Transaction) -> int:
+            freed = 0
+            for test_id in test_ids:
+                for key, data in list(self._view(txn).stored_blobs(test_id).items()):
+                    if not is_dropped(data):
+                        freed += len(data) - len(DROPPED)
+                        txn.put(id_key(test_id) + key.encode(), DROPPED, db=blobs)
+            return freed
+
+        return self._write(body)
+
+    def used_bytes(self) -> int:
+        """Bytes of the pages the corpus's records occupy now (what a compacted copy would
+        take). data.mdb itself never shrinks: LMDB reuses freed pages instead."""
+        if self._env is None:
+            raise CorpusError(f"{self.path} is closed")
+        psize = self._env.stat()["psize"]
+        total = 0
+        with self._env.begin() as txn:
+            for db in [*self._db.values(), None]:
+                st = txn.stat(db) if db is not None else self._env.stat()
+                total += (st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"]) * psize
+        return total
+
     def _write(self, body: Callable[[lmdb.Transaction], T]) -> T:
         while True:
             try:
@@ -324,7 +368,7 @@ class CorpusStore:
             raise CorpusError(f"{self.path}: cannot grow the map ({one_line(e)})") from None
 
     def _view(self, txn: lmdb.Transaction) -> CorpusView:
-        return CorpusView(txn, self._db, self.path, self._universe_size)
+        return CorpusView(txn, self._db, self.path, self._universe_size, self._schema)
 
     # -- reading ---------------------------------------------------------------------------
     @contextlib.contextmanager

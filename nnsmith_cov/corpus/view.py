@@ -11,9 +11,10 @@ from typing import Any, TypeVar
 import lmdb
 import numpy as np
 
+from nnsmith_cov.corpus.blobpack import is_dropped, unpack_blobs
 from nnsmith_cov.corpus.records import (
     BLOB_NAME,
-    CORPUS_SCHEMA,
+    READABLE_SCHEMAS,
     CorpusError,
     Counters,
     StoredTest,
@@ -59,7 +60,10 @@ class CorpusView:
     naming the record. Not thread-safe, like the transaction under it.
     """
 
-    def __init__(self, txn: lmdb.Transaction, dbs: Mapping[str, Any], path: Path, universe_size: int) -> None:
+    def __init__(
+        self, txn: lmdb.Transaction, dbs: Mapping[str, Any], path: Path, universe_size: int, schema: int = 1
+    ) -> None:
+        self._schema = schema  # 1 until the meta is read: meta records are the same in every schema
         self._txn = txn
         self._dbs = dbs
         self._path = path
@@ -72,7 +76,7 @@ class CorpusView:
     def _bad(self, where: str, problem: object) -> CorpusError:
         return CorpusError(f"{self._path}: damaged {where} ({problem})")
 
-    def _decode(self, decode: Callable[[bytes], T], data: bytes, where: str) -> T:
+    def _decode(self, decode: Callable[[Any], T], data: Any, where: str) -> T:
         try:
             return decode(data)
         except ValueError as e:
@@ -101,8 +105,9 @@ class CorpusView:
         if self.get("meta", b"schema") is None:
             raise CorpusError(f"{self._path} is an LMDB environment, but not a campaign corpus (no schema)")
         schema = field("schema", is_int, "an integer")
-        if schema != CORPUS_SCHEMA:
-            raise CorpusError(f"{self._path} has corpus schema {schema}; this nnsmith-cov reads schema {CORPUS_SCHEMA}")
+        if schema not in READABLE_SCHEMAS:
+            readable = ", ".join(map(str, READABLE_SCHEMAS))
+            raise CorpusError(f"{self._path} has corpus schema {schema}; this nnsmith-cov reads schemas {readable}")
         config_text = self.get("meta", b"config")
         try:
             config = json.loads((config_text or b"").decode())
@@ -170,9 +175,10 @@ class CorpusView:
         data = self.get("bitmaps", id_key(test_id))
         if data is None:
             return None
-        return self._decode(lambda d: decode_bitmap(d, self._size), data, f"bitmap of test {test_id}")
+        return self._decode(lambda d: decode_bitmap(d, self._size, self._schema), data, f"bitmap of test {test_id}")
 
-    def blobs(self, test_id: int) -> dict[str, bytes]:
+    def stored_blobs(self, test_id: int) -> dict[str, bytes]:
+        """A test's blobs as stored: raw bytes in schema 1, tagged (corpus/blobpack.py) from 2."""
         prefix = id_key(test_id)
         out = {}
         for key, data in self._items("blobs", prefix):
@@ -185,10 +191,27 @@ class CorpusView:
             out[name] = data
         return out
 
+    def blobs(self, test_id: int) -> dict[str, bytes]:
+        """A test's blobs, raw; those the disk budget dropped are left out (see `dropped`)."""
+        stored = self.stored_blobs(test_id)
+        if self._schema < 2:
+            return stored
+        return self._decode(unpack_blobs, stored, f"blobs of test {test_id}")
+
+    def dropped(self, test_id: int) -> bool:
+        """Whether the disk budget dropped this test's blobs (its record and bitmap remain)."""
+        return self._schema >= 2 and any(is_dropped(d) for d in self.stored_blobs(test_id).values())
+
     def blob(self, test_id: int, name: str) -> bytes | None:
+        """One blob's raw bytes; None when absent or dropped."""
         if not BLOB_NAME.fullmatch(name):
             raise ValueError(f"bad blob name {name!r}")
-        return self.get("blobs", id_key(test_id) + name.encode())
+        data = self.get("blobs", id_key(test_id) + name.encode())
+        if data is None or self._schema < 2:
+            return data
+        if is_dropped(data):
+            return None
+        return self.blobs(test_id).get(name)  # a model recipe needs its sibling's bytes
 
     def findings(self, test_id: int | None = None) -> list[tuple[int, dict[str, Any]]]:
         """(test id, header) of every finding, or of one test's, in test order."""
@@ -204,9 +227,10 @@ class CorpusView:
         stored = self.stored(test_id)
         if stored is None:
             return None
+        names = self.stored_blobs(test_id)
+        if set(names) != set(stored.blob_names):
+            raise self._bad(f"test {test_id}", f"blobs {sorted(names)}, its record lists {list(stored.blob_names)}")
         blobs = self.blobs(test_id)
-        if set(blobs) != set(stored.blob_names):
-            raise self._bad(f"test {test_id}", f"blobs {sorted(blobs)}, its record lists {list(stored.blob_names)}")
         hits = self.hits(test_id)
         if (hits is not None) != stored.in_corpus:
             raise self._bad(f"test {test_id}", "bitmap and corpus flag disagree")

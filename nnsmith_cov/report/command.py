@@ -181,6 +181,7 @@ def _figures(
     for axis in ("time", "tests"):
         made += plots.coverage_figure(campaigns, axis, False, folder / f"coverage-{axis}")
         made += plots.coverage_figure(campaigns, axis, True, folder / f"pass-coverage-{axis}")
+    made += plots.resources_figure(campaigns, folder / "resources")  # disk and memory over time
     if len(sets) in (2, 3):
         made += plots.venn_figure(sets, folder / "venn")
         made += plots.venn_figure(pass_sets, folder / "pass-venn")

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from nnsmith_cov.bounded_read import read_json as read_json_file
-from nnsmith_cov.corpus.records import CorpusError
+from nnsmith_cov.corpus.records import CorpusError, TimelineRow
 from nnsmith_cov.corpus.store import CorpusStore
 from nnsmith_cov.coverage.collector import pass_filters
 from nnsmith_cov.coverage.universe import Universe
@@ -225,3 +225,16 @@ def _generator_name(gen: object, config: dict) -> str | None:
         if isinstance(v, str):
             return v
     return "nnsmith" if isinstance(gen, dict) else None
+
+
+def resource_timeline(campaign: Campaign) -> list[TimelineRow]:
+    """The disk and memory points of a corpus campaign's timeline; [] for imports, corpora
+    from before they were recorded, or a corpus that cannot be read (the figure is optional)."""
+    if campaign.origin != "corpus":
+        return []
+    try:
+        with CorpusStore.open(corpus_folder(Path(campaign.source)), readonly=True) as store:
+            rows = store.timeline()
+    except CorpusError:
+        return []
+    return [r for r in rows if r.disk_kb or r.rss_kb]

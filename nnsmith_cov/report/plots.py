@@ -234,3 +234,38 @@ def upset_figure(sets: dict[str, frozenset[str]], base: Path, top: int = 24, tit
     if title:
         bars.set_title(title)
     return save(fig, base)
+
+
+def resources_figure(campaigns: Sequence[Campaign], base: Path, title: str | None = None) -> list[Path]:
+    """Disk used by the run folder and resident memory (the campaign process solid, its workers
+    together dashed) over campaign time, beside the coverage-over-time figure; nothing when
+    no campaign recorded them (imports, older corpora)."""
+    from nnsmith_cov.report.load import resource_timeline
+
+    series = [(c.label, rows) for c in campaigns if (rows := resource_timeline(c))]
+    if not series:
+        return []
+    fig, (disk, mem) = plt.subplots(1, 2, figsize=(9, 3.4))
+    longest = max(r.elapsed_s for _, rows in series for r in rows)
+    unit, per = ("hours", 3600.0) if longest >= 7200 else ("minutes", 60.0)
+    for n, (label, rows) in enumerate(series):
+        color, _ = STYLES[n % len(STYLES)]
+        xs = [r.elapsed_s / per for r in rows]
+        disk.plot(xs, [r.disk_kb / 1024 for r in rows], color=color, label=label, gid=f"series-{n}-disk")
+        mem.plot(xs, [r.rss_kb / 1024 for r in rows], color=color, label=f"{label} (campaign)", gid=f"series-{n}-rss")
+        mem.plot(
+            xs,
+            [r.worker_rss_kb / 1024 for r in rows],
+            color=color,
+            linestyle="--",
+            label=f"{label} (workers)",
+            gid=f"series-{n}-workers",
+        )
+    disk.set(xlabel=f"time ({unit})", ylabel="run folder on disk (MiB)", ylim=(0, None))
+    mem.set(xlabel=f"time ({unit})", ylabel="resident memory (MiB)", ylim=(0, None))
+    for ax in (disk, mem):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    if title:
+        fig.suptitle(title)
+    return save(fig, base)
