@@ -10,7 +10,7 @@ FUZZ_ARGS ?= --backends ort,tvm --collector python+binary --time 5m --seed 1 -o 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,ray]'
 	touch $(STAMP)
 
 install: $(STAMP)
