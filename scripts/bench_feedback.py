@@ -1,34 +1,42 @@
 #!/usr/bin/env python3
-"""Feedback on vs off at equal wall time: TVM under the python collector by default.
+"""Feedback on vs off at equal wall time, several seeds, one campaign per core.
 
-Runs two or three campaigns side by side, one process each, so that they share the
-machine fairly (one worker each; one core each), same seed, same time; by default
-`on` (feedback with mutation of kept tests) and `off` (plain NNSmith: opset 20,
-static shapes, no IR text round trip). `off-var` is feedback off drawing the export
-choices the scheduler has arms for (opsets 11-20, symbolic dims and the round trip
-each in half the graphs) uniformly instead, never mutating: what the scheduler adds
-beyond the reach of those choices. `on-nomut` is feedback without mutation (kept
-tests are only grown at the end): what mutation adds. Then reads the corpora and
-prints each timeline, total, pass-only and unique branches (reached by one campaign
-only), the first mode's ratios to each other and how soon it reached each other's
-final coverage, and writes `nnsmith-cov report`'s table and figures into OUT/report.
+Runs one campaign per (seed, mode), `--jobs` at a time (one worker and one core each,
+same time budget), then per seed reads the corpora and prints each timeline, the table of
+total, pass-only and unique branches (reached by that seed's one mode only), and the first
+mode's ratios to each other mode: total branches, unique branches, and when the first mode
+reached the other's final coverage as a fraction of the run (issue 27's goals: on / off-var
+>= 1.15x total, >= 3x unique, at most 0.5 of the time). Writes into --out:
+summary.csv / summary.json / summary.md (those ratios, per seed and their geometric mean),
+coverage-time.png (every mode of every seed), and per seed `nnsmith-cov report`'s table and
+figures (seed-S/report).
 
-    python scripts/bench_feedback.py [--time 30m] [--seed 1] [--out out/bench-feedback]
-    python scripts/bench_feedback.py --modes on,off-var,on-nomut --out out/bench-feedback-var
-    python scripts/bench_feedback.py --backends ort --collector binary --time 15m   # ORT's binary
+Modes: `on` (feedback with mutation of kept tests), `off` (plain NNSmith: opset 20, static
+shapes, no IR text round trip), `off-var` (feedback off drawing the export choices the
+scheduler has arms for uniformly: opsets 11-20, symbolic dims and the round trip each in half
+the graphs, never mutating), `on-nomut` (feedback, kept tests only grown at the end).
+
+    python scripts/bench_feedback.py --modes on,off-var,on-nomut --seeds 1,2 --jobs 6 --time 30m
+    python scripts/bench_feedback.py --backends ort --collector binary --seeds 1,2 --jobs 6
+    python scripts/bench_feedback.py --reuse --out out/bench-feedback    # only the tables again
+
+It needs no TVM for `--backends ort`; the campaigns run with this script's Python.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import json
+import math
+import os
+import shlex
 import subprocess
 import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
-
-from nnsmith_cov.report.command import ReportOptions, load_campaigns, make_report
-from nnsmith_cov.report.compare import unique_counts
-from nnsmith_cov.report.model import ReportError
-from nnsmith_cov.report.plots import unit_word
 
 # The `fuzz` flags of each mode.
 MODES = {
@@ -37,77 +45,315 @@ MODES = {
     "off": ["--feedback", "off"],
     "off-var": ["--feedback", "off", "--opsets", "11-20", "--dynamic", "0.5", "--roundtrip", "0.5"],
 }
+GOALS = {"total": 1.15, "unique": 3.0, "reach": 0.5}  # issue 27: on vs off-var
 
 
-def run_pair(out: Path, modes: list[str], time_spec: str, seed: int, backends: str, collector: str) -> dict[str, Path]:
-    folders = {mode: out / f"feedback-{mode}" for mode in modes}
-    procs = []
-    for mode, folder in folders.items():
-        argv = [sys.executable, "-m", "nnsmith_cov.cli", "fuzz", "-o", str(folder), "--backends", backends]
-        argv += ["--collector", collector, *MODES[mode], "--time", time_spec, "--seed", str(seed)]
-        log = open(out / f"feedback-{mode}.log", "w")
-        procs.append((subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT), log))
-    for proc, log in procs:
-        proc.wait()
-        log.close()
-        if proc.returncode != 0:
-            sys.exit(f"a campaign failed (exit {proc.returncode}); see {log.name}")
-    return folders
+class BenchError(Exception):
+    """Bad arguments or a failed campaign: one line for the user."""
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--time", default="30m", help="wall time of each campaign (default 30m)")
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--backends", default="tvm")
-    ap.add_argument("--collector", default="python")
-    ap.add_argument("--out", type=Path, default=Path("out/bench-feedback"))
-    ap.add_argument("--modes", default="on,off", help=f"two or three campaigns, of {', '.join(MODES)} (default on,off)")
-    ap.add_argument("--reuse", action="store_true", help="only report on campaigns already in --out")
-    args = ap.parse_args()
-    modes = args.modes.split(",")
-    if len(modes) not in (2, 3) or len(set(modes)) != len(modes) or not set(modes) <= set(MODES):
-        sys.exit(f"bench_feedback: --modes takes two or three different modes of {', '.join(MODES)}")
-    args.out.mkdir(parents=True, exist_ok=True)
-    if args.reuse:
-        folders = {mode: args.out / f"feedback-{mode}" for mode in modes}
-    else:
-        folders = run_pair(args.out, modes, args.time, args.seed, args.backends, args.collector)
+@dataclass(frozen=True)
+class Run:
+    """What the ratios need of one campaign: its branches and its coverage over time."""
+
+    covered: frozenset[str]
+    times: Sequence[float]  # elapsed seconds after each new-coverage step
+    branches: Sequence[int]  # branches covered by then
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """The first mode against another for one seed (None: undefined, e.g. nothing to divide by)."""
+
+    seed: int
+    first: str
+    other: str
+    total: float | None  # first's branches / other's
+    unique: float | None  # branches only first reached / branches only other reached
+    reach: float | None  # when first reached other's final coverage, as a share of other's run; None: never
+    first_total: int
+    other_total: int
+    first_unique: int
+    other_unique: int
+
+    def met(self) -> dict[str, bool]:
+        """Which of the issue's goals this pair meets."""
+        return {
+            "total": self.total is not None and self.total >= GOALS["total"],
+            "unique": self.unique is not None and self.unique >= GOALS["unique"],
+            "reach": self.reach is not None and self.reach <= GOALS["reach"],
+        }
+
+
+def parse_seeds(text: str) -> list[int]:
+    """ "1,2" or "1-3" (or a mix) to distinct non-negative seeds in order."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        lo, sep, hi = part.strip().partition("-")
+        try:
+            span = range(int(lo), int(hi) + 1) if sep else [int(lo)]
+        except ValueError:
+            raise BenchError(f"--seeds: {part!r} is not a seed or a range like 1-3") from None
+        seeds.extend(s for s in span if s not in seeds)
+    if not seeds or any(s < 0 for s in seeds):
+        raise BenchError("--seeds: give non-negative seeds, e.g. 1,2")
+    return seeds
+
+
+def parse_modes(text: str) -> list[str]:
+    modes = [m.strip() for m in text.split(",")]
+    if len(modes) < 2 or len(set(modes)) != len(modes) or not set(modes) <= set(MODES):
+        raise BenchError(f"--modes takes two or more different modes of {', '.join(MODES)}")
+    return modes
+
+
+def ratios(seed: int, runs: Mapping[str, Run], first: str) -> list[Ratio]:
+    """`first` against each other mode of one seed. Unique branches are those no other mode
+    of this seed reached (the Venn diagram's own regions)."""
+    unique = {
+        m: len(r.covered - frozenset().union(*(o.covered for k, o in runs.items() if k != m))) for m, r in runs.items()
+    }
+    a = runs[first]
+    out = []
+    for mode, b in runs.items():
+        if mode == first:
+            continue
+        total = len(a.covered) / len(b.covered) if b.covered else None
+        uniq = unique[first] / unique[mode] if unique[mode] else (math.inf if unique[first] else None)
+        target = b.branches[-1] if b.branches else 0
+        when = next((t for t, n in zip(a.times, a.branches) if n >= target), None)
+        end = b.times[-1] if b.times else 0.0
+        reach = when / end if when is not None and end > 0 else None
+        out.append(
+            Ratio(seed, first, mode, total, uniq, reach, len(a.covered), len(b.covered), unique[first], unique[mode])
+        )
+    return out
+
+
+def geomean(values: Sequence[float | None]) -> float | None:
+    """Geometric mean of the defined, positive, finite values (None if there are none)."""
+    vals = [v for v in values if v is not None and 0 < v < math.inf]
+    return math.exp(sum(map(math.log, vals)) / len(vals)) if vals else None
+
+
+def _fmt(v: float | None, suffix: str = "x") -> str:
+    if v is None:
+        return "n/a"
+    return "inf" if v == math.inf else f"{v:.2f}{suffix}"
+
+
+def table(rows: Sequence[Ratio]) -> str:
+    """The per-seed ratios and their geometric mean per pair, as a Markdown table."""
+    lines = [
+        "| seed | pair | total | unique | reach (share of run) | branches | unique branches | goals met |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        met = ", ".join(k for k, ok in r.met().items() if ok) or "none"
+        lines.append(
+            f"| {r.seed} | {r.first} / {r.other} | {_fmt(r.total)} | {_fmt(r.unique)} "
+            f"| {'never' if r.reach is None else _fmt(r.reach, '')} "
+            f"| {r.first_total} / {r.other_total} | {r.first_unique} / {r.other_unique} | {met} |"
+        )
+    for pair in dict.fromkeys((r.first, r.other) for r in rows):
+        mine = [r for r in rows if (r.first, r.other) == pair]
+        lines.append(
+            f"| geomean | {pair[0]} / {pair[1]} | {_fmt(geomean([r.total for r in mine]))} "
+            f"| {_fmt(geomean([r.unique for r in mine]))} | {_fmt(geomean([r.reach for r in mine]), '')} | | | |"
+        )
+    return "\n".join(lines)
+
+
+def write_tables(out: Path, rows: Sequence[Ratio]) -> None:
+    """summary.csv, summary.json and summary.md in `out`."""
+    fields = list(Ratio.__dataclass_fields__)
+    with open(out / "summary.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: ("inf" if v == math.inf else v) for k, v in asdict(r).items()})
+    body = [asdict(r) | {"met": r.met()} for r in rows]
+    # JSON has no infinity: a unique ratio over zero is written as null with its counts beside it
+    text = json.dumps({"goals": GOALS, "ratios": body}, indent=1, default=str).replace("Infinity", "null")
+    (out / "summary.json").write_text(text + "\n")
+    (out / "summary.md").write_text(table(rows) + "\n")
+
+
+def fuzz_argv(folder: Path, mode: str, seed: int, args: argparse.Namespace) -> list[str]:
+    argv = [sys.executable, "-m", "nnsmith_cov.cli", "fuzz", "-o", str(folder), "--backends", args.backends]
+    argv += ["--collector", args.collector, *MODES[mode], "--seed", str(seed)]
+    argv += ["--tests", str(args.tests)] if args.tests else ["--time", args.time]
+    return argv + shlex.split(args.fuzz_args)
+
+
+def run_all(jobs: Sequence[tuple[Path, list[str]]], parallel: int) -> None:
+    """Run each (folder, argv), at most `parallel` at once; a log beside each folder."""
+    waiting, running = list(jobs), []
+    failed: list[str] = []
+    while waiting or running:
+        while waiting and len(running) < parallel:
+            folder, argv = waiting.pop(0)
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            log = open(folder.with_suffix(".log"), "w")
+            running.append((subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT), log))
+        time.sleep(0.2)
+        for proc, log in [x for x in running if x[0].poll() is not None]:
+            running.remove((proc, log))
+            log.close()
+            if proc.returncode != 0:
+                failed.append(f"{log.name} (exit {proc.returncode})")
+    if failed:
+        raise BenchError(f"{len(failed)} campaign(s) failed; see {', '.join(failed)}")
+
+
+def load_runs(folders: Mapping[str, Path]) -> tuple[dict[str, Run], dict[str, object]]:
+    """Each mode's Run and its report Campaign (for the timeline and the figures)."""
+    from nnsmith_cov.report.command import ReportOptions, load_campaigns
+    from nnsmith_cov.report.model import ReportError
 
     specs = [f"{folder}=feedback {mode}" for mode, folder in folders.items()]
     try:
-        campaigns = {c.label.split()[-1]: c for c in load_campaigns(specs, ReportOptions())}
+        campaigns = dict(zip(folders, load_campaigns(specs, ReportOptions())))
     except ReportError as e:
-        sys.exit(f"bench_feedback: {e}")
-    word = unit_word(c.unit for c in campaigns.values())
+        raise BenchError(str(e)) from None
+    runs = {}
     for mode, c in campaigns.items():
-        assert c.by_time is not None
         t = c.by_time
-        print(f"\nfeedback {mode}: elapsed_s {word} pass_only (after each new-coverage step)")
-        step = max(1, len(t.x) // 20)
-        for i in [*range(0, len(t.x), step), len(t.x) - 1]:
+        runs[mode] = Run(c.covered, t.x if t else (), t.branches if t else ())
+    return runs, campaigns
+
+
+def print_seed(seed: int, campaigns: Mapping[str, object], runs: Mapping[str, Run], rows: Sequence[Ratio]) -> None:
+    print(f"\n== seed {seed}")
+    for mode, c in campaigns.items():
+        t = c.by_time
+        if t is None or not t.x:
+            continue
+        print(f"feedback {mode}: elapsed_s branches pass_only (after each new-coverage step)")
+        step = max(1, len(t.x) // 10)
+        for i in dict.fromkeys([*range(0, len(t.x), step), len(t.x) - 1]):
             print(f"  {t.x[i]:9.0f} {t.branches[i]:8d} {t.pass_branches[i]:9d}")
-    unique = unique_counts({m: c.covered for m, c in campaigns.items()})
-    a = modes[0]
-    print("\n                   total   pass-only   unique   tests")
+    print("                   total   pass-only   tests")
     for mode, c in campaigns.items():
-        print(f"feedback {mode:<8} {len(c.covered):7d}   {len(c.pass_covered):9d}   {unique[mode]:6d}   {c.tests:5d}")
-    for b in modes[1:]:
-        ratio = len(campaigns[a].covered) / len(campaigns[b].covered) if campaigns[b].covered else float("nan")
-        uniq = unique[a] / unique[b] if unique[b] else float("inf")
-        ta, tb = campaigns[a].by_time, campaigns[b].by_time
-        assert ta is not None and tb is not None
-        when = next((x for x, n in zip(ta.x, ta.branches) if n >= tb.branches[-1]), None)
-        reach = f"{when / tb.x[-1]:.2f} of the time" if when is not None and tb.x[-1] else "never"
-        print(f"ratios ({a} / {b}): total {ratio:.2f}x, unique {uniq:.2f}x; {a} reached {b}'s final {word} at {reach}")
-    for mode, c in campaigns.items():
-        assert c.by_time is not None
-        late = [b for x, b in zip(c.by_time.x, c.by_time.branches) if x >= 0.9 * c.by_time.x[-1]]
-        print(f"feedback {mode}: +{late[-1] - late[0] if late else 0} {word} in the last 10% of the time")
-    # The full report (table, JSON/CSV, coverage over time and tests, Venn) of `nnsmith-cov report`.
-    make_report(specs, args.out / "report", ReportOptions(quiet=True))
-    print(f"report: {args.out / 'report'}; figure: {args.out / 'report' / 'figures' / 'coverage-time.png'}")
+        print(f"feedback {mode:<8} {len(c.covered):7d}   {len(c.pass_covered):9d}   {c.tests or 0:5d}")
+    for r in rows:
+        print(
+            f"ratios ({r.first} / {r.other}): total {_fmt(r.total)}, unique {_fmt(r.unique)} "
+            f"({r.first_unique} vs {r.other_unique}); {r.first} reached {r.other}'s final coverage at "
+            f"{'never' if r.reach is None else f'{r.reach:.2f} of the run'}"
+        )
+
+
+def plot(out: Path, per_seed: Mapping[int, Mapping[str, Run]]) -> Path | None:
+    """coverage-time.png: branches over time, one panel per seed, one line per mode."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("bench_feedback: matplotlib missing, no combined figure", file=sys.stderr)
+        return None
+    fig, axes = plt.subplots(1, len(per_seed), figsize=(5 * len(per_seed), 3.6), squeeze=False)
+    for ax, (seed, runs) in zip(axes[0], per_seed.items()):
+        for mode, r in runs.items():
+            ax.step([0.0, *r.times], [0, *r.branches], where="post", label=mode)
+        ax.set_title(f"seed {seed}")
+        ax.set_xlabel("seconds")
+        ax.set_ylabel("branches")
+        ax.legend()
+    fig.tight_layout()
+    path = out / "coverage-time.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--time", default="30m", help="wall time of each campaign (default 30m)")
+    ap.add_argument("--tests", type=int, default=0, help="stop each campaign after this many tests instead")
+    ap.add_argument("--seeds", default="1", help="run seeds, e.g. 1,2 or 1-3 (default 1)")
+    ap.add_argument("--seed", type=int, help="one run seed (the same as --seeds N)")
+    ap.add_argument("--jobs", type=int, default=0, help="campaigns at once (default: one per core, at most all)")
+    ap.add_argument("--backends", default="tvm")
+    ap.add_argument("--collector", default="python")
+    ap.add_argument("--fuzz-args", default="", help="more `fuzz` flags for every campaign, e.g. '--nodes 6'")
+    ap.add_argument("--out", type=Path, default=Path("out/bench-feedback"))
+    ap.add_argument(
+        "--modes",
+        default="on,off-var,on-nomut",
+        help=f"two or more of {', '.join(MODES)}; the first is compared with the rest",
+    )
+    ap.add_argument("--reuse", action="store_true", help="only report on campaigns already in --out")
+    ap.add_argument("--no-report", action="store_true", help="skip the per-seed `nnsmith-cov report` folders")
+    args = ap.parse_args(argv)
+    args.modes = parse_modes(args.modes)
+    args.seeds = [args.seed] if args.seed is not None else parse_seeds(args.seeds)
+    if args.seed is not None and args.seed < 0:
+        raise BenchError("--seed must be non-negative")
+    if args.jobs < 0 or args.tests < 0:
+        raise BenchError("--jobs and --tests must be non-negative")
+    try:
+        shlex.split(args.fuzz_args)
+    except ValueError as e:
+        raise BenchError(f"--fuzz-args: {e}") from None
+    if not args.jobs:
+        args.jobs = max(1, min(os.cpu_count() or 1, len(args.modes) * len(args.seeds)))
+    return args
+
+
+def report(folders: Mapping[str, Path], out: Path) -> None:
+    """`nnsmith-cov report`'s table and figures for one seed's campaigns."""
+    from nnsmith_cov.report.command import ReportOptions, make_report
+    from nnsmith_cov.report.model import ReportError
+
+    try:
+        make_report([f"{f}=feedback {m}" for m, f in folders.items()], out, ReportOptions(quiet=True))
+    except ReportError as e:
+        raise BenchError(str(e)) from None
+
+
+def folder_of(out: Path, seed: int, mode: str) -> Path:
+    """Where a campaign goes; an older single-seed run (OUT/feedback-MODE) is still found."""
+    folder = out / f"seed-{seed}" / f"feedback-{mode}"
+    older = out / f"feedback-{mode}"
+    return older if not folder.exists() and older.exists() else folder
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = parse_args(argv)
+        args.out.mkdir(parents=True, exist_ok=True)
+        if not args.reuse:
+            jobs = [(s, m, folder_of(args.out, s, m)) for s in args.seeds for m in args.modes]
+            taken = [str(f) for _, _, f in jobs if f.exists()]
+            if taken:
+                raise BenchError(f"{taken[0]} exists: pick another --out, or --reuse to report on it")
+            run_all([(f, fuzz_argv(f, m, s, args)) for s, m, f in jobs], args.jobs)
+        rows: list[Ratio] = []
+        per_seed: dict[int, dict[str, Run]] = {}
+        for seed in args.seeds:
+            folders = {m: folder_of(args.out, seed, m) for m in args.modes}
+            missing = [str(f) for f in folders.values() if not f.exists()]
+            if missing:
+                raise BenchError(f"no campaign in {missing[0]}")
+            runs, campaigns = load_runs(folders)
+            mine = ratios(seed, runs, args.modes[0])
+            print_seed(seed, campaigns, runs, mine)
+            rows += mine
+            per_seed[seed] = runs
+            if not args.no_report:
+                report(folders, args.out / f"seed-{seed}" / "report")
+        write_tables(args.out, rows)
+        print("\n" + table(rows))
+        figure = plot(args.out, per_seed)
+        print(f"\ntables: {args.out}/summary.{{md,csv,json}}" + (f"; figure: {figure}" if figure else ""))
+        return 0
+    except BenchError as e:
+        print(f"bench_feedback: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

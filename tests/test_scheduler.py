@@ -289,6 +289,21 @@ def test_the_score_weighs_branches_over_buckets_on_a_log_scale():
     assert novelty_score(Novelty(3, 0, ((3, 0), (0, 0)))) == pytest.approx(novelty_score(Novelty(3, 0)) / 2)
 
 
+def test_hand_made_novelties_score_and_rank_in_the_order_a_fuzzer_would_want():
+    from nnsmith_cov.feedback.reward import RecentRanks, novelty_score
+
+    # worst to best: nothing; new buckets of known branches; one new branch; one beside rare
+    # known ones; a few new branches; a few with buckets too; a windfall
+    examples = [(NOTHING, 0), (Novelty(0, 1), 0), (Novelty(0, 4), 0), (NEW, 0), (NEW, 3), (Novelty(3, 0), 0)]
+    examples += [(Novelty(3, 5), 0), (Novelty(40, 0), 0)]
+    scores = [novelty_score(n, rare) for n, rare in examples]
+    assert scores == sorted(set(scores)), scores  # strictly increasing
+    assert novelty_score(Novelty(0, 15)) == pytest.approx(novelty_score(NEW))  # 15 buckets ~ one branch
+    window = [novelty_score(Novelty(int(b), int(k))) for b, k in np.random.default_rng(1).poisson((2, 3), (64, 2))]
+    rewards = [RecentRanks(64, window).reward(s) for s in scores]
+    assert rewards == sorted(rewards) and rewards[0] == 0.0 and rewards[1] < 0.3 and rewards[-1] > 0.95
+
+
 def test_the_rank_still_tells_tests_apart_when_most_add_something():
     from nnsmith_cov.feedback.reward import RecentRanks, novelty_score
 

@@ -1,0 +1,103 @@
+"""scripts/bench_feedback.py: its arguments, its ratios and tables, and two tiny campaigns through it."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).parent.parent / "scripts" / "bench_feedback.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_feedback", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules[spec.name]
+
+
+def test_seeds_and_modes_are_parsed_and_bad_ones_refused(bench, capsys):
+    assert bench.parse_seeds("1,2") == [1, 2] and bench.parse_seeds("1-3,2,7") == [1, 2, 3, 7]
+    assert bench.parse_modes("on,off-var,on-nomut") == ["on", "off-var", "on-nomut"]
+    args = bench.parse_args(["--seeds", "1,2", "--modes", "on,off-var", "--jobs", "0"])
+    assert args.seeds == [1, 2] and 1 <= args.jobs <= 4 and args.time == "30m"
+    assert bench.parse_args(["--seed", "5", "--modes", "on,off"]).seeds == [5]
+    for bad in (
+        ["--seeds", "x"],
+        ["--seeds", "2-a"],
+        ["--modes", "on"],
+        ["--modes", "on,on"],
+        ["--modes", "on,fast"],
+        ["--jobs", "-1"],
+        ["--fuzz-args", "'unclosed"],
+    ):
+        assert bench.main([*bad, "--reuse", "--out", "/nonexistent/never"]) == 2, bad
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("bench_feedback: ") and len(err.splitlines()) == 1, (bad, err)
+
+
+def test_a_missing_campaign_is_a_one_line_error(bench, tmp_path, capsys):
+    assert bench.main(["--reuse", "--out", str(tmp_path), "--modes", "on,off-var"]) == 2
+    assert "no campaign in" in capsys.readouterr().err
+
+
+def test_ratios_compare_the_first_mode_with_each_other(bench):
+    on = bench.Run(frozenset("abcdefgh"), (1.0, 5.0, 10.0), (4, 6, 8))
+    off = bench.Run(frozenset("abcdex"), (2.0, 8.0, 10.0), (3, 5, 6))
+    nomut = bench.Run(frozenset("abcdefgh"), (1.0, 10.0), (7, 8))
+    rows = bench.ratios(1, {"on": on, "off-var": off, "on-nomut": nomut}, "on")
+    by = {r.other: r for r in rows}
+    # total 8 / 6; unique: nothing only `on` reached (on-nomut has all of it) vs "x" only off-var
+    assert by["off-var"].total == pytest.approx(8 / 6) and by["off-var"].unique == 0.0
+    assert by["off-var"].reach == pytest.approx(0.5)  # on had 6 branches at 5 s of off-var's 10 s
+    assert by["on-nomut"].reach == 1.0 and by["on-nomut"].unique is None  # neither has any of its own
+    pair = bench.ratios(2, {"on": on, "off-var": off}, "on")[0]
+    assert pair.unique == 3.0 and pair.first_unique == 3 and pair.other_unique == 1  # f, g, h vs x
+    assert pair.met() == {"total": True, "unique": True, "reach": True}
+    never = bench.ratios(3, {"on": off, "off-var": on}, "on")[0]
+    assert never.reach is None and never.met()["reach"] is False
+    alone = bench.ratios(4, {"on": on, "off": bench.Run(frozenset(), (), ())}, "on")[0]
+    assert alone.total is None and alone.unique == math.inf and alone.reach is None
+
+
+def test_tables_list_each_seed_and_the_geometric_mean(bench, tmp_path):
+    a = bench.Run(frozenset("abcd"), (1.0, 4.0), (2, 4))
+    b = bench.Run(frozenset("ab"), (1.0, 4.0), (1, 2))
+    rows = bench.ratios(1, {"on": a, "off-var": b}, "on") + bench.ratios(2, {"on": b, "off-var": a}, "on")
+    bench.write_tables(tmp_path, rows)
+    md = (tmp_path / "summary.md").read_text()
+    assert "| 1 | on / off-var | 2.00x | inf |" in md and "| geomean | on / off-var | 1.00x |" in md
+    data = json.loads((tmp_path / "summary.json").read_text())
+    assert [r["seed"] for r in data["ratios"]] == [1, 2] and data["ratios"][0]["unique"] is None
+    assert data["ratios"][0]["met"]["total"] is True and data["goals"]["unique"] == 3.0
+    lines = (tmp_path / "summary.csv").read_text().splitlines()
+    assert lines[0].startswith("seed,first,other,total") and len(lines) == 3
+    assert bench.geomean([2.0, 0.5, None, math.inf]) == pytest.approx(1.0) and bench.geomean([None]) is None
+
+
+@pytest.mark.slow
+def test_two_tiny_campaigns_run_in_parallel_and_are_reported(bench, tmp_path, monkeypatch, capsys):
+    tests_dir = str(Path(__file__).parent)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([tests_dir, os.environ.get("PYTHONPATH", "")]))
+    out = tmp_path / "bench"
+    flags = ["--backends", "fake_coverage:SigmoidPays", "--collector", "fake_coverage:OpCollector"]
+    flags += ["--modes", "on,off-var", "--seeds", "1", "--tests", "6", "--jobs", "2", "--out", str(out)]
+    flags += ["--fuzz-args", "--nodes 3 --ops Add Relu Sigmoid --search none --no-support"]
+    assert bench.main(flags) == 0, capsys.readouterr()
+    printed = capsys.readouterr().out
+    assert "ratios (on / off-var): total" in printed and "| 1 | on / off-var |" in printed
+    for name in ("summary.md", "summary.csv", "summary.json", "coverage-time.png"):
+        assert (out / name).stat().st_size > 0, name
+    assert (out / "seed-1" / "report" / "figures" / "coverage-time.png").exists()
+    assert (out / "seed-1" / "feedback-on.log").exists() and (out / "seed-1" / "feedback-off-var" / "lmdb").exists()
+    # a second run into the same folder refuses instead of mixing campaigns; --reuse reports again
+    assert bench.main(flags) == 2 and "exists" in capsys.readouterr().err
+    assert bench.main([*flags, "--reuse", "--no-report"]) == 0
