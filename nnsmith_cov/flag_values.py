@@ -33,6 +33,11 @@ def positive(text: str) -> int:
     return _number(text, int, lambda v: v >= 1, "must be at least 1")
 
 
+def count(text: str) -> int:
+    """An integer >= 0 (0: off, for limits)."""
+    return _number(text, int, lambda v: v >= 0, "must be an integer >= 0")
+
+
 def seed(text: str) -> int:
     """A run or model seed: an integer in [0, 2^63)."""
     return _number(text, int, lambda v: 0 <= v < 2**63, "seed must be in [0, 2^63)")
@@ -99,6 +104,29 @@ def collector(text: str) -> str:
     raise argparse.ArgumentTypeError(
         f"unknown collector {text!r} (python, llvm, binary, none, module:Class, or several joined by +)"
     )
+
+
+def cluster_parts(text: str) -> tuple[str, str | None]:
+    """Where a campaign's workers run, as (kind, address): `local`, `ray` (a local Ray instance,
+    no address), `ray:auto` or `ray://HOST:PORT`; ValueError with the reason otherwise."""
+    if text in ("local", "ray"):
+        return text, None
+    if text == "ray:auto":
+        return "ray", "auto"
+    if text.startswith("ray://"):
+        host, _, port = text[len("ray://") :].rpartition(":")
+        if host and port.isdigit() and 0 < int(port) < 65536:
+            return "ray", text
+    raise ValueError(f"unknown cluster {text!r} (local, ray, ray:auto or ray://HOST:PORT)")
+
+
+def cluster(text: str) -> str:
+    """A `--cluster` value (see `cluster_parts`), kept as given."""
+    try:
+        cluster_parts(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
 
 
 def backends(text: str) -> list[str]:

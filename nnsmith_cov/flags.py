@@ -135,7 +135,13 @@ def _plugin(names: str) -> str:
 FLAGS: tuple[Flag, ...] = (
     # -- what to read and where to write -------------------------------------------------------
     Flag(("model_dir",), "a folder from `generate` (graph.json, record.json) or a bundle", on("coverage"), Path),
-    Flag(("bundle",), "a finding's bundle folder, or an internal error's record (RUN/internal/...)", on("repro"), Path),
+    Flag(
+        ("bundle",),
+        "a finding's bundle folder, or an internal error's record (RUN/internal/...)",
+        on("repro", reduce=Use(help="a finding's bundle folder (RUN/findings/...)")),
+        Path,
+    ),
+    Flag(("run",), "a run folder (what `fuzz -o` wrote)", on("triage"), Path, metavar="RUN"),
     Flag(
         ("sources",),
         "campaign folders, folders of bundles / model folders / .onnx files, or .onnx files",
@@ -169,7 +175,13 @@ FLAGS: tuple[Flag, ...] = (
         dest="output",
         exclusive="where",
     ),
-    Flag(("-o", "--out"), "folder for report.json, table.csv, figures/, ...", on("report"), Path, required=True),
+    Flag(
+        ("-o", "--out"),
+        "folder for report.json, table.csv, figures/, ...",
+        on("report", reduce=Use(required=False, help="where the reduced bundle goes (default BUNDLE/reduced)")),
+        Path,
+        required=True,
+    ),
     Flag(
         ("--resume",),
         "continue the campaign in this folder (its own settings)",
@@ -189,6 +201,8 @@ FLAGS: tuple[Flag, ...] = (
         on(
             fuzz=Use(help=_plugin("a campaign being resumed names")),
             repro=Use(help=_plugin("the bundle names")),
+            reduce=Use(help=_plugin("the bundle names")),
+            triage=Use(help="with --reduce: " + _plugin("the bundles name")),
         ),
         repeat=True,
         metavar="MODULE:CLASS",
@@ -197,10 +211,18 @@ FLAGS: tuple[Flag, ...] = (
     # -- how a campaign runs ---------------------------------------------------------------------
     Flag(
         ("--workers",),
-        "worker processes testing in parallel (default 1)",
+        "workers testing in parallel (default 1; with --cluster ray, one per CPU of the cluster)",
         on("fuzz"),
         v.positive,
-        1,
+        on_resume=True,
+    ),
+    Flag(
+        ("--cluster",),
+        "where the workers run: local processes (default), or Ray actors on a local Ray instance (ray),"
+        " the cluster this node joined (ray:auto) or one at ray://HOST:PORT; needs pip install 'nnsmith-cov[ray]'",
+        on("fuzz"),
+        v.cluster,
+        "local",
         on_resume=True,
     ),
     Flag(
@@ -209,6 +231,33 @@ FLAGS: tuple[Flag, ...] = (
         " (default: none)",
         on("fuzz"),
         v.positive,
+        unit="MiB",
+        on_resume=True,
+    ),
+    Flag(
+        ("--recycle-after",),
+        "replace each worker by a fresh, warmed-up one after this many tests (0: never; default 5000)",
+        on("fuzz"),
+        v.count,
+        5000,
+        on_resume=True,
+    ),
+    Flag(
+        ("--worker-max-rss-mb",),
+        "replace a worker whose resident memory passed this before its next test (0: never; default 4096)",
+        on("fuzz"),
+        v.count,
+        4096,
+        unit="MiB",
+        on_resume=True,
+    ),
+    Flag(
+        ("--max-corpus-mb",),
+        "corpus disk budget: past it, blobs of tests owning no rare branch go first, oldest first;"
+        " records and bitmaps stay (0: none; default 2048)",
+        on("fuzz"),
+        v.count,
+        2048,
         unit="MiB",
         on_resume=True,
     ),
@@ -251,12 +300,23 @@ FLAGS: tuple[Flag, ...] = (
     ),
     Flag(
         ("--generator",),
-        "test generator: nnsmith (default) or a baseline in the same harness (graphfuzzer, lemon)",
+        "test generator: nnsmith (default) or a baseline in the same harness (graphfuzzer, lemon; "
+        "tzer: TIR mutation, --backends tvm only)",
         on("fuzz"),
-        choices=("nnsmith", "graphfuzzer", "lemon"),
+        choices=("nnsmith", "graphfuzzer", "lemon", "tzer"),
         default="nnsmith",
     ),
-    Flag(("--time",), "stop after this long (e.g. 10m, 4h)", on("fuzz"), v.duration, unit="s", on_resume=True),
+    Flag(
+        ("--time",),
+        "stop after this long (e.g. 10m, 4h)",
+        on(
+            "fuzz",
+            reduce=Use(default=120.0, help="budget, e.g. 90s or 2m (default 120 s); then the best so far is written"),
+        ),
+        v.duration,
+        unit="s",
+        on_resume=True,
+    ),
     Flag(("--tests",), "stop after this many test cases", on("fuzz"), v.positive, on_resume=True),
     Flag(
         ("--status-every",),
@@ -350,6 +410,7 @@ FLAGS: tuple[Flag, ...] = (
             "replay",
             coverage=Use(default=300.0, help="per worker request (default 300)"),
             repro=Use(default=None, help="per request (default: the bundle's)"),
+            reduce=Use(default=None, help="per worker request (default: the bundle's)"),
         ),
         v.duration,
         60.0,
@@ -409,6 +470,30 @@ FLAGS: tuple[Flag, ...] = (
         choices=("source", "mtime", "replay"),  # replay.engine.CLOCKS (a test keeps them equal)
     ),
     Flag(("--sym-dim",), "value of symbolic dimensions (default 1)", on("replay"), v.positive, 1),
+    # -- triage --------------------------------------------------------------------------------
+    Flag(
+        ("--reduce",),
+        "first reduce the first bundle of each root cause not reduced yet (`nnsmith-cov reduce`), in table order",
+        on("triage"),
+    ),
+    Flag(
+        ("--reduce-time",),
+        "with --reduce: the budget of each bundle, e.g. 90s or 2m (default 120 s)",
+        on("triage"),
+        v.duration,
+        120.0,
+        unit="s",
+        metavar="TIME",
+    ),
+    Flag(("--json",), "print JSON instead of the table", on("triage")),
+    Flag(
+        ("--class",),
+        "only root causes of this class",
+        on("triage"),
+        dest="cls",
+        # oracle.finding.CLASSES (a test keeps them equal)
+        choices=("bug", "reference", "precision", "discontinuity", "unsupported", "ours"),
+    ),
     # -- report --------------------------------------------------------------------------------
     Flag(("--no-figures",), "skip the PNG/SVG figures", on("report")),
     Flag(("--html",), "also write an HTML coverage report per campaign", on("report")),

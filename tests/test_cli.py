@@ -228,7 +228,7 @@ def test_every_flag_of_the_table_reaches_the_parsers_that_list_it():
 
 
 # Commands that still add their own flags (not yet rows of the table).
-OWN_FLAGS = {"reduce", "triage"}
+OWN_FLAGS: set[str] = set()
 
 
 def test_the_parsers_take_no_flag_outside_the_table():
@@ -273,10 +273,13 @@ def test_resume_takes_the_rows_marked_for_it():
     from nnsmith_cov.cli_checks import given_flags
     from nnsmith_cov.flags import RESUME_FLAGS
 
-    assert set(RESUME_FLAGS) == {"resume", "time", "tests", "workers", "worker_mem_mb", "status_every"} | {
+    assert set(RESUME_FLAGS) == {"resume", "time", "tests", "workers", "cluster", "worker_mem_mb", "status_every"} | {
         "support_cache",
         "no_support",
         "plugin",
+        "max_corpus_mb",
+        "recycle_after",
+        "worker_max_rss_mb",
     }
     given = given_flags(
         ["fuzz", "--resume", "x", "--time", "5m", "--workers", "2", "--plugin", "a:B", "--no-su"], "fuzz"

@@ -70,6 +70,7 @@ class Fuzzer:
         self.cfg, self.run, self.worker, self.on_event = cfg, run, worker, on_event
         self.stats = RunStats()
         self.ledger = Ledger(run, self.stats, on_event, cfg.timeline_s)
+        self.ledger.workers_rss = lambda: [w.rss_kb() if hasattr(w, "rss_kb") else 0 for w in self.workers]
         self.breaker = Breaker()
         # What backends refuse at the opsets the campaign exports at, learned as tests meet it.
         self.support = SupportLearner(cfg.gen.ops, cfg.settings.backends, cfg.settings.timeout_s)
@@ -284,6 +285,7 @@ class Fuzzer:
         st, sched = self.stats, self.scheduler
         assert sched is not None
         st.restarts = sum(w.deaths for w in self.workers)
+        st.recycles = sum(getattr(w, "recycles", 0) for w in self.workers)  # local workers only
         st.stage_ms["generate"].append(gen.record.gen_ms)
         st.infeasible += len(gen.record.infeasible)
         st.op_tests.update(set(gen.record.ops))

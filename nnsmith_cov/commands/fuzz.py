@@ -25,12 +25,13 @@ def main(args: argparse.Namespace) -> int:
     from rich.live import Live
 
     from nnsmith_cov.backends.registry import roundtrips
+    from nnsmith_cov.campaign.cluster import ClusterError, shutdown, worker_kind
     from nnsmith_cov.campaign.fuzz_config import FuzzConfig
     from nnsmith_cov.campaign.fuzz_loop import Fuzzer
     from nnsmith_cov.campaign.run_dir import RunDir, RunDirError
     from nnsmith_cov.campaign.status import Ticker, log_console, log_line, screen, summary
     from nnsmith_cov.campaign.testcase import CaseSettings
-    from nnsmith_cov.campaign.worker_handle import WorkerHandle, WorkerStartError
+    from nnsmith_cov.campaign.worker_handle import WorkerStartError, recycling
     from nnsmith_cov.cli_checks import check_new_campaign, check_resume_flags, make_folder, restore_fuzz_args
     from nnsmith_cov.corpus.records import CorpusError
 
@@ -42,6 +43,8 @@ def main(args: argparse.Namespace) -> int:
         check_new_campaign(args.output, "-o")
     if args.time is None and args.tests is None:
         raise CliError("say when to stop: --time (e.g. 10m) and/or --tests N")
+    if args.generator == "tzer" and list(args.backends) != ["tvm"]:
+        raise CliError("--generator tzer tests TVM's TIR: use --backends tvm")
     collector = "" if args.collector == "none" else args.collector
     feedback = (args.feedback or ("on" if collector else "off")) == "on"
     if feedback and not collector:
@@ -60,12 +63,17 @@ def main(args: argparse.Namespace) -> int:
         localize=not args.no_localize,
     )
     run = RunDir(args.output)
+    try:  # local processes, or Ray actors (the cluster joined here, before anything is written)
+        handle_kind, workers = worker_kind(args.cluster, args.workers)
+    except ClusterError as e:
+        raise CliError(str(e)) from None
     make_folder(args.output, "--resume" if resume else "-o")  # the last check: nothing was written before
     console = log_console(stderr=True)  # in a log: no 80-column wrapping
     mem = args.worker_mem_mb or 0
-    worker = WorkerHandle(
+    worker = handle_kind(
         args.backends, run.worker_log(0), collector=collector, cov_targets=args.cov_targets, mem_limit_mb=mem
     )
+    recycling(worker, args.recycle_after, args.worker_max_rss_mb)
     try:
         with console.status("starting the worker (importing the backends)"):
             hello = worker.start()
@@ -73,7 +81,7 @@ def main(args: argparse.Namespace) -> int:
         if missing:
             raise CliError("; ".join(f"backend {b} is unavailable: {why}" for b, why in missing.items()))
         crashes = []
-        if not args.no_support:  # from the cache; on resume, of the campaign's own ops
+        if not args.no_support and args.generator != "tzer":  # from the cache; on resume, the campaign's own ops
             cfg.ops, crashes = _supported_ops(args, worker, cfg.ops, console)
         fuzz_cfg = FuzzConfig(
             cfg,
@@ -90,7 +98,13 @@ def main(args: argparse.Namespace) -> int:
             roundtrip_arm=feedback and args.roundtrip is None and any(map(roundtrips, args.backends)),
             mutation=feedback and args.mutation != "off",
         )
-        fuzzer = Fuzzer(fuzz_cfg, run, worker, lambda ev: print_event(console, ev), corpus=True)
+        kind = _tzer_fuzzer() if args.generator == "tzer" else Fuzzer  # Tzer's tests are TIR functions
+        fuzzer = kind(fuzz_cfg, run, worker, lambda ev: print_event(console, ev), corpus=True)
+        fuzzer.ledger.max_corpus_bytes = args.max_corpus_mb << 20  # the disk budget (corpus/budget.py)
+        if not args.no_support:  # refusals learned go back to the probe's cache for the next campaign
+            from nnsmith_cov.campaign.op_support import default_cache_dir
+
+            fuzzer.support.remember_in(args.support_cache or default_cache_dir(), hello["versions"])
         with console.status("measuring the branch universe" if collector else "starting"):
             repaired = fuzzer.start(resume=resume)
         for line in repaired:  # the files beside the corpus, brought back in line with it
@@ -101,15 +115,18 @@ def main(args: argparse.Namespace) -> int:
             console.print(f"{len(graphs)} crashes of the op-support probe are run first, to be filed as findings")
     except (WorkerStartError, RunDirError, CorpusError) as e:
         worker.close()
+        shutdown()
         raise CliError(str(e)) from None
     import threading
 
     more = [
-        WorkerHandle(
+        handle_kind(
             args.backends, run.worker_log(i), collector=collector, cov_targets=args.cov_targets, mem_limit_mb=mem
         )
-        for i in range(1, args.workers)
+        for i in range(1, workers)
     ]
+    for w in more:
+        recycling(w, args.recycle_after, args.worker_max_rss_mb)
     stop = threading.Event()
     failure: list[BaseException] = []
 
@@ -187,6 +204,7 @@ def main(args: argparse.Namespace) -> int:
         fuzzer.close()
         for w in (worker, *more):
             w.close()
+        shutdown()
     if failure and isinstance(failure[0], WorkerStartError):
         raise CliError(str(failure[0]))
     if failure:
@@ -201,6 +219,13 @@ def main(args: argparse.Namespace) -> int:
     log_console().print(summary(fuzzer.stats))
     print(f"campaign folder: {args.output}  (findings in {args.output / 'findings'}; resume with --resume)")
     return 130 if interrupted else 0
+
+
+def _tzer_fuzzer() -> Any:
+    """The Fuzzer that steps through Tzer's loop (imported only for `--generator tzer`)."""
+    from nnsmith_cov.tzer.loop import TzerFuzzer
+
+    return TzerFuzzer
 
 
 def _stats_written(fuzzer, failure: list[BaseException]) -> bool:
