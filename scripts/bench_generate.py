@@ -92,7 +92,24 @@ def validity(count: int, nodes: int, seed0: int) -> set[str]:
     unused = sorted(o.name() for o in ALL_OPS if o.name() not in hist)
     if unused:
         print("never generated: " + ", ".join(unused))
+    print(op_shares(hist, [o.name() for o in ALL_OPS]))
     return instances
+
+
+def op_shares(hist: collections.Counter[str], names: list[str]) -> str:
+    """Min / median / max of each op's share of all instances, as a multiple of its fair
+    share (1/len(names)), and the ops below a third of fair (issue 29's reach goal)."""
+    total = sum(hist.values())
+    if not total or not names:
+        return "op shares: no instances"
+    fair = total / len(names)
+    share = sorted((hist.get(n, 0) / fair, n) for n in names)
+    low = [f"{n} {hist.get(n, 0)}" for r, n in share if r < 1 / 3]
+    return (
+        f"op shares of fair ({fair:.1f} instances each): min {share[0][0]:.2f} ({share[0][1]}), "
+        f"median {statistics.median(r for r, _ in share):.2f}, max {share[-1][0]:.2f} ({share[-1][1]})\n"
+        f"below a third of fair: {len(low)}" + (" - " + ", ".join(low) if low else "")
+    )
 
 
 def diversity(count: int, nodes: int, seed0: int, binning: bool) -> tuple[set[str], set[tuple], list[int]]:

@@ -22,6 +22,7 @@ from nnsmith_cov.abstract.tensor import AbsTensor
 from nnsmith_cov.gen.binning import BinChoice, draw_bin, weights_for
 from nnsmith_cov.gen.feasibility import prove_infeasible
 from nnsmith_cov.gen.graph_ir import DEFAULT_OPSET, GraphIR, Inst
+from nnsmith_cov.gen.reach import BRIDGE_OP, backward_ranks, bridge_for
 from nnsmith_cov.gen.solver import BudgetSolver, SolverTimeout
 
 # Rank of the first placeholder: mostly 2-4, as real models are.
@@ -58,6 +59,16 @@ class GenConfig:
     # graph, all checks together (about 2.5-5 s here); seconds only as a safety net.
     check_rlimit: int = 5_000_000
     work_budget: int = 10_000_000
+    # Per binning check: bins are optional, and the few checks that need more than this
+    # (a bin pushing a convolution's products to a hard corner; about 2% of binning checks)
+    # took three quarters of all binning time and made the slowest tenth of graphs slow.
+    # A bin whose check reaches the cap is left out, as a conflicting one is.
+    bin_check_rlimit: int = 20_000
+    # After a fixed-rank op (Conv2d, pools, PixelShuffle) found no value of its rank, insert
+    # a Reshape to that rank and the op after it, with this probability (`gen.reach`).
+    # It brings every such op above a third of its fair share, but Z3 then spends about
+    # 4x the work per graph (reshaped dims under a convolution's products): off by default.
+    bridge_prob: float = 0.0
     timeout_ms: int = 60_000
     max_tries_per_node: int = 30
     # Graphs the range analysis proves to have no NaN/Inf-free values (Log of a
@@ -83,12 +94,16 @@ class GenConfig:
             raise ValueError("bins must be at least 2")
         if self.max_elems < 1:
             raise ValueError("max_elems must be at least 1")
+        if self.bin_check_rlimit < 1:
+            raise ValueError("bin_check_rlimit must be at least 1")
         if self.feasible_attempts < 0:
             raise ValueError("feasible_attempts must be at least 0")
         if not self.opsets or any(not MIN_OPSET <= o <= MAX_OPSET for o in self.opsets):
             raise ValueError(f"opsets must be within {MIN_OPSET}..{MAX_OPSET}")
         if not 0.0 <= self.dynamic_prob <= 1.0:
             raise ValueError("dynamic_prob must be in [0, 1]")
+        if not 0.0 <= self.bridge_prob <= 1.0:
+            raise ValueError("bridge_prob must be in [0, 1]")
         if not 0.0 <= self.roundtrip_prob <= 1.0:
             raise ValueError("roundtrip_prob must be in [0, 1]")
 
@@ -202,10 +217,12 @@ class _Builder:
         """The op with this first input dtype exports at the graph's opset."""
         return op.opset_floor(in_dtype) <= self.opset
 
-    def forward(self, op: OpSpec) -> bool:
+    def forward(self, op: OpSpec, dtypes: frozenset[DType] | None = None) -> bool:
+        """Insert `op` after existing values; `dtypes`, when given, limits its inputs to
+        values of those dtypes (a bridge feeding a fixed-rank op: see `_generate`)."""
         sigs = []
         for sig in op.sigs:
-            if not self.exportable(op, sig[0][0]):
+            if not self.exportable(op, sig[0][0]) or (dtypes is not None and sig[0][0] not in dtypes):
                 continue
             cands = []
             for i, (dt, ranks) in enumerate(zip(sig[0], op.in_ranks)):
@@ -261,7 +278,12 @@ class _Builder:
         if op.n_outputs() != 1:
             return False
         out_dtypes = {s[1][0] for s in op.sigs}
-        cands = [v for v in self.placeholders() if self.values[v].tensor.dtype in out_dtypes]
+        ranks = backward_ranks(type(op))
+        cands = [
+            v
+            for v in self.placeholders()
+            if self.values[v].tensor.dtype in out_dtypes and (ranks is None or self.values[v].tensor.rank in ranks)
+        ]
         if not cands:
             return False
         target = self.draw.choice("bwd.placeholder", cands)
@@ -322,14 +344,22 @@ class _Builder:
             pass  # bins not reached within the budget stay unkept
         record.bins.extend(b for b, _ in items)
 
-    def _add_bins(self, items: list[tuple[BinChoice, z3.BoolRef]]) -> None:
-        if self.solver.try_add([c for _, c in items]):
+    def _add_bins(self, items: list[tuple[BinChoice, z3.BoolRef]], known_unsat: bool = False) -> bool:
+        """Keep what fits of `items`, halving on conflict; True when all were kept.
+
+        `known_unsat`: the group these were split from failed and its other half was
+        kept whole, so checking these now would ask the same question again (and get
+        the same no, unsat or over the cap): they are split without a check.
+        """
+        if not known_unsat and self.solver.try_add([c for _, c in items], self.cfg.bin_check_rlimit):
             for b, _ in items:
                 b.kept = True
-        elif len(items) > 1:
+            return True
+        if len(items) > 1:
             half = len(items) // 2
-            self._add_bins(items[:half])
-            self._add_bins(items[half:])
+            whole = self._add_bins(items[:half])
+            self._add_bins(items[half:], known_unsat=whole)
+        return False
 
     # -- concretization -------------------------------------------------------------
     def bounded_model(self) -> z3.ModelRef:
@@ -462,15 +492,46 @@ def _generate(
             raise GenerationError("first placeholder unsatisfiable")
         b.values.append(_Value(first))
         uid = 0
+        # No bridges with forward_prob 0 (a bridge and the op after it go forward), nor where
+        # the scheduler's weights leave Reshape out; nothing drawn for them with bridge_prob 0.
+        bridge_op = next((o for o in ops if o.name() == BRIDGE_OP), None)
+        if cfg.forward_prob <= 0 or cfg.bridge_prob <= 0:
+            bridge_op = None
+        if bridge_op is not None and cfg.op_weights and cfg.op_weights.get(BRIDGE_OP, 1.0) <= 0:
+            bridge_op = None
+        # A pending bridge: (the fixed-rank op, dtypes its first input takes, the rank); then
+        # `follow`, that op, in the try after a bridge that went in.
+        bridge: tuple[type[OpSpec], frozenset[DType], int] | None = None
+        follow: type[OpSpec] | None = None
         while len(b.nodes) < cfg.nodes and record.tries < cfg.nodes * cfg.max_tries_per_node:
             record.tries += 1
-            cls, forward = pending or (draw.choice("op", ops, weights), draw.coin("forward", cfg.forward_prob))
+            if bridge is not None or follow is not None:
+                # Drawn with all weight on one op, so every try still starts with an "op" draw
+                # (mutation splits a graph's draws into tries there); a mutant's replay may
+                # change it, and then the try is an ordinary one.
+                want = bridge_op if bridge is not None else follow
+                cls = draw.choice("op", ops, [float(o is want) for o in ops])
+                forward = draw.coin("forward", 1.0)
+                if cls is not want or not forward:
+                    bridge = None
+                follow = None
+            else:
+                cls, forward = pending or (draw.choice("op", ops, weights), draw.coin("forward", cfg.forward_prob))
             pending = None
             op = cls(uid)
+            checks = solver.checks
             try:
-                ok = b.forward(op) if forward else b.backward(op)
+                if bridge is not None:
+                    op.out_rank = bridge[2]  # Reshape takes it as its output rank
+                    ok = b.forward(op, bridge[1])
+                else:
+                    ok = b.forward(op) if forward else b.backward(op)
             except SolverTimeout:
                 break  # keep what fits in the budget
+            if bridge is not None:
+                follow, bridge = (bridge[0] if ok else None), None
+            elif not ok and solver.checks == checks and bridge_op is not None and len(b.nodes) + 2 <= cfg.nodes:
+                bridge = bridge_for(cls, {v.tensor.dtype for v in b.values}, b.opset, cfg.bridge_prob, draw)
             record.try_ok += "1" if ok else "0"
             if ok:
                 uid += 1

@@ -14,6 +14,16 @@ class SolverTimeout(Exception):
     """The per-graph solving budget is spent."""
 
 
+def _rlimit_count(stats: z3.Statistics, default: int) -> int:
+    """Z3's "rlimit count" in one pass over the counters (`keys()` then `get_key_value`
+    walk them twice, a measurable share of a small check)."""
+    ctx, ref = stats.ctx.ref(), stats.stats
+    for i in reversed(range(len(stats))):  # Z3 lists it among its last counters
+        if z3.Z3_stats_get_key(ctx, ref, i) == "rlimit count":
+            return int(z3.Z3_stats_get_uint_value(ctx, ref, i))
+    return default
+
+
 class BudgetSolver:
     """Constraints are only ever added after a check says they keep the set sat.
 
@@ -44,29 +54,30 @@ class BudgetSolver:
         """No check may run any more (the work budget, or the safety net, is used up)."""
         return self.used >= self._work or self.remaining_ms() <= 0
 
-    def _check(self, extra: Sequence[z3.BoolRef]) -> z3.CheckSatResult:
+    def _check(self, extra: Sequence[z3.BoolRef], rlimit: int | None = None) -> z3.CheckSatResult:
         if self.used >= self._work:
             raise SolverTimeout(f"work budget of {self._work} Z3 units spent")
         left = self.remaining_ms()
         if left <= 0:
             raise SolverTimeout("wall-clock safety net reached")
         # rlimit bounds one check (counted from where the running total stands).
-        self._solver.set("rlimit", min(self._rlimit, self._work - self.used))
+        self._solver.set("rlimit", min(rlimit or self._rlimit, self._rlimit, self._work - self.used))
         self._solver.set("timeout", left)
         t0 = time.perf_counter()
         result = self._solver.check(*extra)
         self.solve_s += time.perf_counter() - t0
         self.checks += 1
-        stats = self._solver.statistics()
-        self.used = int(stats.get_key_value("rlimit count")) if "rlimit count" in stats.keys() else self.used
+        self.used = _rlimit_count(self._solver.statistics(), self.used)
         return result
 
-    def try_add(self, cons: Sequence[z3.BoolRef]) -> bool:
-        """Add `cons` if the whole set stays satisfiable; unknown counts as no."""
+    def try_add(self, cons: Sequence[z3.BoolRef], rlimit: int | None = None) -> bool:
+        """Add `cons` if the whole set stays satisfiable; unknown counts as no.
+
+        `rlimit` caps this one check below the solver's own per-check limit."""
         cons = [c for c in cons if not (isinstance(c, bool) and c)]
         if any(isinstance(c, bool) and not c for c in cons):
             return False
-        if self._check(cons) == z3.sat:
+        if self._check(cons, rlimit) == z3.sat:
             self._model = self._solver.model()
             self._solver.add(*cons)
             return True

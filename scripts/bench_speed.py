@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Speed in two numbers: generation time per graph (median, p90) and the ORT loop's tests/s.
+
+Generation is timed in-process over `--count` seeds with the full op set and binning on;
+next to the times it prints the deterministic cost (Z3 checks and Z3 work units per
+graph), which does not move with the machine's load. The loop runs `nnsmith-cov fuzz
+--backends ort` for `--time` per setting (each collector, each worker count) into a
+throw-away folder and reads tests and elapsed seconds from its stats.json.
+
+    python scripts/bench_speed.py                          # 300 seeds, loops of 60 s
+    python scripts/bench_speed.py --count 100 --time 30s --collectors none --workers 1
+    python scripts/bench_speed.py --no-loop                # generation only
+
+On a shared machine run it with `nice` and compare only numbers taken side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from nnsmith_cov.gen.generator import GenConfig, GenerationError, generate
+from nnsmith_cov.ops import ALL_OPS
+
+
+def generation(count: int, nodes: int, seed0: int) -> None:
+    cfg = GenConfig(nodes=nodes, ops=ALL_OPS)
+    ms: list[float] = []
+    checks: list[int] = []
+    work: list[int] = []
+    failed = 0
+    for seed in range(seed0, seed0 + count):
+        t0 = time.perf_counter()
+        try:
+            rec = generate(cfg, seed).record
+        except GenerationError:
+            failed += 1
+            continue
+        ms.append((time.perf_counter() - t0) * 1000)
+        checks.append(rec.solver_checks)
+        work.append(rec.solver_work)
+    if not ms:
+        print(f"generation: no graph out of {count} seeds")
+        return
+    print(f"== generation: {count} seeds from {seed0}, {nodes} nodes, {len(ALL_OPS)} ops, binning on")
+    print(
+        f"time per graph: median {statistics.median(ms):.1f} ms, p90 {float(np.percentile(ms, 90)):.1f} ms"
+        f" (failed {failed})"
+    )
+    print(
+        f"Z3 checks per graph: mean {statistics.mean(checks):.1f}; Z3 work units per graph: "
+        f"median {statistics.median(work):.0f}, p90 {float(np.percentile(work, 90)):.0f}, "
+        f"mean {statistics.mean(work):.0f}"
+    )
+
+
+def loop(collector: str, workers: int, duration: str, nodes: int, seed: int) -> None:
+    with tempfile.TemporaryDirectory(prefix="bench_speed_") as tmp:
+        out = Path(tmp) / "run"
+        cmd = [
+            *(sys.executable, "-m", "nnsmith_cov.cli", "fuzz"),
+            *("--backends", "ort", "--collector", collector, "--workers", str(workers)),
+            *("--time", duration, "--nodes", str(nodes), "--seed", str(seed), "-o", str(out)),
+        ]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        stats_file = out / "stats.json"
+        if done.returncode != 0 or not stats_file.exists():
+            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+            print(f"ORT loop, collector {collector}, {workers} worker(s): failed ({tail[0]})")
+            return
+        st = json.loads(stats_file.read_text())
+    rate = st["tests"] / max(st["elapsed_s"], 1e-9)
+    print(
+        f"ORT loop, collector {collector:<6} {workers} worker(s): {rate:5.1f} tests/s "
+        f"({st['tests']} tests in {st['elapsed_s']:.0f} s)"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--count", type=int, default=300, help="seeds to generate")
+    ap.add_argument("--nodes", type=int, default=10)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--time", default="60s", help="length of each loop run (as fuzz --time)")
+    ap.add_argument("--collectors", nargs="+", default=["none", "binary"])
+    ap.add_argument("--workers", nargs="+", type=int, default=[1, 2])
+    ap.add_argument("--no-loop", action="store_true", help="time generation only")
+    args = ap.parse_args()
+    if args.count < 1 or args.nodes < 1 or any(w < 1 for w in args.workers):
+        sys.exit("bench_speed: --count, --nodes and --workers must be at least 1")
+    generation(args.count, args.nodes, args.seed)
+    if args.no_loop:
+        return
+    print("== ORT loop (fuzz --backends ort)")
+    for collector in args.collectors:
+        for workers in args.workers:
+            loop(collector, workers, args.time, args.nodes, args.seed)
+
+
+if __name__ == "__main__":
+    main()
