@@ -19,8 +19,8 @@ from pathlib import Path
 
 import fake_chain
 import pytest
+from campaign_helpers import f32_only
 
-from nnsmith_cov.abstract.dtype import DType
 from nnsmith_cov.campaign.fuzz_loop import FuzzConfig, Fuzzer
 from nnsmith_cov.campaign.run_dir import RunDir
 from nnsmith_cov.campaign.testcase import CaseSettings
@@ -34,12 +34,7 @@ SEEDS = (1, 2, 3, 4, 5, 6)
 BUDGET = 100  # tests per campaign
 
 
-def _f32(op: type) -> type:
-    sigs = [s for s in op.sigs if all(d is DType.float32 for d in (*s[0], *s[1]))]
-    return type(op.__name__, (op,), {"sigs": sigs})
-
-
-OPS = [_f32(op) for op in select_ops(list(fake_chain.GOAL))]
+OPS = [f32_only(op) for op in select_ops(list(fake_chain.GOAL))]
 
 
 def goal_after(folder: Path, worker: WorkerHandle, mode: str, seed: int) -> int | None:

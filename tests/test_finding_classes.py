@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import pytest
+from campaign_helpers import f32_only, run_to_budget
 
 from nnsmith_cov.abstract.dtype import DType
 from nnsmith_cov.campaign.fuzz_loop import FuzzConfig, Fuzzer
@@ -26,24 +27,13 @@ OLD_SIGMOID = "unsupported_backends:NoOldSigmoid"
 F32 = ((DType.float32,), (DType.float32,))
 
 
-def _f32_only(op):
-    sigs = [s for s in op.sigs if all(d is DType.float32 for d in (*s[0], *s[1]))]
-    return type(op.__name__, (op,), {"sigs": sigs})
-
-
 def _fuzz(tmp_path, backends: list[str], ops: list[str], tests: int, opsets=(20,)):
-    gen = GenConfig(nodes=3, ops=[_f32_only(op) for op in select_ops(ops)], opsets=opsets)
+    gen = GenConfig(nodes=3, ops=[f32_only(op) for op in select_ops(ops)], opsets=opsets)
     settings = CaseSettings(backends, search={"method": "sampling", "max_iters": 8})
     run = RunDir(tmp_path / "run")
     worker = WorkerHandle(backends, run.worker_log(0))
     fuzzer = Fuzzer(FuzzConfig(gen, settings, seed=5, max_tests=tests), run, worker, lambda e: None)
-    try:
-        fuzzer.start()
-        while not fuzzer.done():
-            fuzzer.step()
-        fuzzer.write_stats()
-    finally:
-        worker.close()
+    run_to_budget(fuzzer, worker)
     return fuzzer, run
 
 
@@ -64,7 +54,7 @@ def test_not_implemented_at_an_old_opset_is_unsupported_and_no_longer_drawn(tmp_
 
 
 def test_a_refusal_naming_no_op_of_the_graph_is_attributed_by_probes_at_its_opset(tmp_path):
-    ops = [_f32_only(op) for op in select_ops(["Relu", "Sigmoid"])]
+    ops = [f32_only(op) for op in select_ops(["Relu", "Sigmoid"])]
     graph = next(
         g
         for g in (generate(GenConfig(nodes=3, ops=ops, opsets=(11,)), s).graph for s in range(20))

@@ -7,8 +7,8 @@ import json
 
 import numpy as np
 import pytest
+from campaign_helpers import f32_only, run_to_budget
 
-from nnsmith_cov.abstract.dtype import DType
 from nnsmith_cov.campaign.fuzz_loop import FuzzConfig, Fuzzer
 from nnsmith_cov.campaign.run_dir import RunDir
 from nnsmith_cov.campaign.testcase import CaseSettings
@@ -21,25 +21,14 @@ from nnsmith_cov.ops import select_ops
 SIMPLE_OPS = ["Add", "Mul", "Sub", "Relu", "Sigmoid", "Tanh", "Abs", "Neg"]
 
 
-def _f32_only(op):
-    sigs = [s for s in op.sigs if all(d is DType.float32 for d in (*s[0], *s[1]))]
-    return type(op.__name__, (op,), {"sigs": sigs})
-
-
 def _fuzz(tmp_path, backend: str, tests: int, timeout_s: float = 60.0, collector: str = "", roundtrip: float = 0.0):
-    gen = GenConfig(nodes=4, ops=[_f32_only(op) for op in select_ops(SIMPLE_OPS)], roundtrip_prob=roundtrip)
+    gen = GenConfig(nodes=4, ops=[f32_only(op) for op in select_ops(SIMPLE_OPS)], roundtrip_prob=roundtrip)
     settings = CaseSettings([backend], timeout_s=timeout_s, search={"method": "sampling", "max_iters": 8})
     run = RunDir(tmp_path / "run")
     worker = WorkerHandle([backend], run.worker_log(0), collector=collector)
     events = []
     fuzzer = Fuzzer(FuzzConfig(gen, settings, seed=3, max_tests=tests), run, worker, events.append)
-    try:
-        fuzzer.start()
-        while not fuzzer.done():
-            fuzzer.step()
-        fuzzer.write_stats()
-    finally:
-        worker.close()
+    run_to_budget(fuzzer, worker)
     return fuzzer, events, run
 
 

@@ -7,8 +7,8 @@ import json
 
 import numpy as np
 import pytest
+from campaign_helpers import f32_only
 
-from nnsmith_cov.abstract.dtype import DType
 from nnsmith_cov.campaign import fuzz_loop, ledger
 from nnsmith_cov.campaign.fuzz_loop import FuzzConfig, Fuzzer
 from nnsmith_cov.campaign.internal import Breaker, BreakerTripped, InternalError, gen_config_from_json, gen_config_json
@@ -27,13 +27,8 @@ from nnsmith_cov.oracle.finding import Finding
 OPS = ["Add", "Mul", "Sub", "Relu", "Tanh", "Abs", "Neg", "Sigmoid"]
 
 
-def _f32(op):
-    sigs = [s for s in op.sigs if all(d is DType.float32 for d in (*s[0], *s[1]))]
-    return type(op.__name__, (op,), {"sigs": sigs})
-
-
 def _fuzzer(folder, tests: int, backend: str = "fake_coverage:SigmoidPays", feedback: bool = True) -> Fuzzer:
-    ops = [_f32(op) for op in select_ops(OPS)]
+    ops = [f32_only(op) for op in select_ops(OPS)]
     settings = CaseSettings([backend], search={"method": "sampling", "max_iters": 8}, localize=False)
     cfg = FuzzConfig(GenConfig(nodes=3, ops=ops), settings, seed=5, max_tests=tests, feedback=feedback)
     run = RunDir(folder)
@@ -173,7 +168,7 @@ def test_an_internal_generation_error_replays_alone(tmp_path, monkeypatch, capsy
 
 
 def test_gen_config_round_trips_with_narrowed_signatures():
-    ops = [_f32(op) for op in select_ops(OPS)]
+    ops = [f32_only(op) for op in select_ops(OPS)]
     cfg = GenConfig(nodes=5, ops=ops, opsets=(13, 17), opset_weights={13: 0.5, 17: 2.0}, dynamic_prob=0.5)
     back = gen_config_from_json(json.loads(json.dumps(gen_config_json(cfg))))
     assert [(o.name(), o.sigs) for o in back.ops] == [(o.name(), o.sigs) for o in cfg.ops]
@@ -184,7 +179,7 @@ def test_gen_config_round_trips_with_narrowed_signatures():
 
 
 def _graph_and_result(status: str, backends_run: int, findings: list[Finding]):
-    gen = generate(GenConfig(nodes=2, ops=[_f32(op) for op in select_ops(["Add", "Relu"])]), 3)
+    gen = generate(GenConfig(nodes=2, ops=[f32_only(op) for op in select_ops(["Add", "Relu"])]), 3)
     prepared = Prepared(gen.graph, 3, {}, None, None if backends_run == 0 else b"onnx", None)
     return gen, CaseResult(status, prepared, findings, backends_run=backends_run)
 

@@ -7,8 +7,8 @@ import json
 
 import numpy as np
 import pytest
+from campaign_helpers import f32_only, run_to_budget
 
-from nnsmith_cov.abstract.dtype import DType
 from nnsmith_cov.campaign.fuzz_loop import FuzzConfig, Fuzzer
 from nnsmith_cov.campaign.run_dir import RunDir
 from nnsmith_cov.campaign.testcase import CaseSettings
@@ -19,15 +19,10 @@ from nnsmith_cov.ops import select_ops
 SIMPLE_OPS = ["Add", "Mul", "Sub", "Relu", "Sigmoid", "Tanh", "Abs", "Neg"]
 
 
-def _f32_only(op):
-    sigs = [s for s in op.sigs if all(d is DType.float32 for d in (*s[0], *s[1]))]
-    return type(op.__name__, (op,), {"sigs": sigs})
-
-
 def campaign(tmp_path, tests: int, recycle_after: int = 0, max_rss_mb: int = 0, monkeypatch=None):
     """A short ORT campaign measured by the python collector (the exporter's arcs: deterministic
     for a seed); returns the fuzzer, its worker, and the test count at each recycling."""
-    gen = GenConfig(nodes=4, ops=[_f32_only(op) for op in select_ops(SIMPLE_OPS)])
+    gen = GenConfig(nodes=4, ops=[f32_only(op) for op in select_ops(SIMPLE_OPS)])
     settings = CaseSettings(["ort"], timeout_s=60.0, search={"method": "sampling", "max_iters": 8})
     run = RunDir(tmp_path / "run")
     worker = WorkerHandle(["ort"], run.worker_log(0), collector="python", recycle_after=recycle_after)
@@ -42,14 +37,7 @@ def campaign(tmp_path, tests: int, recycle_after: int = 0, max_rss_mb: int = 0, 
     if monkeypatch is not None:
         monkeypatch.setattr(WorkerHandle, "recycle", noting)
     fuzzer = Fuzzer(FuzzConfig(gen, settings, seed=5, max_tests=tests), run, worker, lambda ev: None, corpus=True)
-    try:
-        fuzzer.start()
-        while not fuzzer.done():
-            fuzzer.step()
-        fuzzer.write_stats()
-    finally:
-        fuzzer.close()
-        worker.close()
+    run_to_budget(fuzzer, worker)
     return fuzzer, worker, points, run
 
 

@@ -73,7 +73,11 @@ def build_dir(name: str = "onnxoptimizer", version: str = ONNXOPTIMIZER_VERSION)
 
 def find_build(name: str = "onnxoptimizer", version: str = ONNXOPTIMIZER_VERSION) -> InstrumentedBuild | None:
     """The finished build of `name`, or None (no marker, unreadable marker, files gone)."""
-    root = build_dir(name, version)
+    return read_build(build_dir(name, version))
+
+
+def read_build(root: Path) -> InstrumentedBuild | None:
+    """The finished build under `root`, or None (no marker, unreadable marker, files gone)."""
     try:
         marker = json.loads((root / MARKER).read_text())
     except (OSError, ValueError):
@@ -100,7 +104,7 @@ def _ensure_python_requirements(log: Path) -> None:
             raise BuildError(f"pip install {' '.join(missing)} failed (see {log})")
 
 
-def _clang_version() -> str:
+def clang_version() -> str:
     try:
         out = subprocess.run(["clang-19", "--version"], capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
@@ -226,7 +230,7 @@ def _build_onnxoptimizer(root: Path, version: str, jobs: int | None, echo: bool)
         "mode": "sancov",
         "build_s": round(time.monotonic() - t0, 1),
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "compiler": _clang_version(),
+        "compiler": clang_version(),
         "extension": str(exts[0].relative_to(root)),
     }
     tmp = root / (MARKER + ".tmp")

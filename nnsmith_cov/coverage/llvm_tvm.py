@@ -35,7 +35,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from nnsmith_cov.coverage.llvm_builds import MARKER, MARKER_SCHEMA, BuildError, InstrumentedBuild, _clang_version
+from nnsmith_cov.coverage.llvm_builds import (
+    MARKER,
+    MARKER_SCHEMA,
+    BuildError,
+    InstrumentedBuild,
+    clang_version,
+    read_build,
+)
 from nnsmith_cov.coverage.llvm_runtime import cache_root, kit_dir
 
 # Configure options of a CPU-only TVM like the wheel's, for Debian's LLVM 19. Unknown ones only
@@ -106,15 +113,7 @@ def configure_command(source: Path, build: Path, extra: Sequence[str] = ()) -> l
 
 
 def find_tvm_build(source: Path, mode: str = "sancov") -> InstrumentedBuild | None:
-    root = prefix_for(source, mode)
-    try:
-        marker = json.loads((root / MARKER).read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(marker, dict) or marker.get("schema") != MARKER_SCHEMA or "extension" not in marker:
-        return None
-    build = InstrumentedBuild(root, marker)
-    return build if build.extension.is_file() else None
+    return read_build(prefix_for(source, mode))
 
 
 def build_tvm(
@@ -189,7 +188,7 @@ def _build(
         "source": str(source),
         "build_s": round(time.monotonic() - t0, 1),
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "compiler": _clang_version(),
+        "compiler": clang_version(),
         "extension": str(main.relative_to(root)),
         "libraries": sorted(libs),
     }
