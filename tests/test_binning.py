@@ -7,9 +7,9 @@ import z3
 from hypothesis import given
 from hypothesis import strategies as st
 
+from nnsmith_cov.abstract.bins import bin_range, draw_bin, n_bins
 from nnsmith_cov.abstract.choice import ChoiceSource
 from nnsmith_cov.abstract.op import AttrKind
-from nnsmith_cov.gen.binning import bin_range, draw_bin, n_bins
 
 
 @given(seed=st.integers(0, 2**31), k=st.integers(2, 10), data=st.data())

@@ -9,11 +9,12 @@ import msgpack
 import numpy as np
 import pytest
 
+from nnsmith_cov.abstract.bins import n_bins
 from nnsmith_cov.abstract.op import AttrKind
 from nnsmith_cov.coverage.covmap import Novelty
 from nnsmith_cov.feedback import BanditParams, Proposal, Scheduler, reward_of
 from nnsmith_cov.feedback.simulate import run, synthetic_record
-from nnsmith_cov.gen.binning import BinChoice, n_bins, weights_for
+from nnsmith_cov.gen.binning import BinChoice, weights_for
 from nnsmith_cov.gen.generator import GenConfig, GenRecord, generate
 from nnsmith_cov.ops import ALL_OPS
 

@@ -4,13 +4,25 @@ status screen (or plain status lines in a log) while it runs, a summary at the e
 from __future__ import annotations
 
 import argparse
+import math
 import sys
-from typing import Any
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from nnsmith_cov import __version__
 from nnsmith_cov.commands.events import print_event
 from nnsmith_cov.commands.generate import gen_config
 from nnsmith_cov.flags import CliError, add_flags
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+
+    from nnsmith_cov.campaign.fuzz_config import FuzzConfig
+    from nnsmith_cov.campaign.fuzz_loop import Fuzzer
+    from nnsmith_cov.campaign.run_dir import RunDir
+    from nnsmith_cov.campaign.testcase import CaseSettings
+    from nnsmith_cov.gen.generator import GenConfig
 
 
 def add_parser(sub: Any) -> None:
@@ -18,22 +30,44 @@ def add_parser(sub: Any) -> None:
     add_flags(p, "fuzz")
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """What the checked flags decided, read by every later step."""
+
+    resume: bool
+    collector: str  # "" for --collector none
+    feedback: bool
+
+
 def main(args: argparse.Namespace) -> int:
-    import math
-    from contextlib import nullcontext
+    """Run one campaign from the parsed flags; its exit status (0, 130 after a signal, 3 when
+    the breaker tripped). Bad flags and failures to start are CliErrors (one line)."""
+    from nnsmith_cov.campaign.run_dir import RunDir
+    from nnsmith_cov.campaign.status import log_console
+    from nnsmith_cov.cli_checks import make_folder
 
-    from rich.live import Live
+    plan = _checked(args)
+    cfg = gen_config(args, plan.feedback)
+    settings = _case_settings(args)
+    run = RunDir(args.output)
+    handle_kind, workers = _worker_kind(args)  # a Ray cluster is joined here, before anything is written
+    make_folder(args.output, "--resume" if plan.resume else "-o")  # the last check: nothing was written before
+    console = log_console(stderr=True)  # in a log: no 80-column wrapping
+    first = _new_worker(handle_kind, args, run, 0, plan.collector)
+    fuzzer = _started_fuzzer(args, plan, cfg, settings, run, first, console)
+    more = [_new_worker(handle_kind, args, run, i, plan.collector) for i in range(1, workers)]
+    campaign = _Campaign(fuzzer, more, console, _StatusView(fuzzer, args, plan))
+    try:
+        interrupted = campaign.run(args.status_every)
+    finally:
+        _close(fuzzer, [first, *more])
+    return _finish(args, fuzzer, campaign.failure, interrupted)
 
-    from nnsmith_cov.backends.registry import roundtrips
-    from nnsmith_cov.campaign.cluster import ClusterError, shutdown, worker_kind
-    from nnsmith_cov.campaign.fuzz_config import FuzzConfig
-    from nnsmith_cov.campaign.fuzz_loop import Fuzzer
-    from nnsmith_cov.campaign.run_dir import RunDir, RunDirError
-    from nnsmith_cov.campaign.status import Ticker, log_console, log_line, screen, summary
-    from nnsmith_cov.campaign.testcase import CaseSettings
-    from nnsmith_cov.campaign.worker_handle import WorkerStartError, recycling
-    from nnsmith_cov.cli_checks import check_new_campaign, check_resume_flags, make_folder, restore_fuzz_args
-    from nnsmith_cov.corpus.records import CorpusError
+
+def _checked(args: argparse.Namespace) -> _Plan:
+    """Check the flags of a new campaign, or restore a resumed one's and check those given;
+    CliError on a bad combination."""
+    from nnsmith_cov.cli_checks import check_new_campaign, check_resume_flags, restore_fuzz_args
 
     resume = args.resume is not None
     if resume:
@@ -51,8 +85,14 @@ def main(args: argparse.Namespace) -> int:
         raise CliError("--feedback on needs a coverage collector (--collector python, llvm or binary)")
     if args.mutation == "on" and not feedback:
         raise CliError("--mutation on needs feedback (--feedback on)")
-    cfg = gen_config(args, feedback)
-    settings = CaseSettings(
+    return _Plan(resume, collector, feedback)
+
+
+def _case_settings(args: argparse.Namespace) -> CaseSettings:
+    """How each test runs and is judged: backends, tolerances, timeout, value search."""
+    from nnsmith_cov.campaign.testcase import CaseSettings
+
+    return CaseSettings(
         backends=args.backends,
         rtol=args.rtol,
         atol=args.atol,
@@ -62,42 +102,57 @@ def main(args: argparse.Namespace) -> int:
         search={"method": args.search, "max_iters": 256, "budget_ms": 5000},
         localize=not args.no_localize,
     )
-    run = RunDir(args.output)
-    try:  # local processes, or Ray actors (the cluster joined here, before anything is written)
-        handle_kind, workers = worker_kind(args.cluster, args.workers)
+
+
+def _worker_kind(args: argparse.Namespace) -> tuple[type, int]:
+    """The worker handle class (local processes or Ray actors) and how many to start."""
+    from nnsmith_cov.campaign.cluster import ClusterError, worker_kind
+
+    try:
+        return worker_kind(args.cluster, args.workers)
     except ClusterError as e:
         raise CliError(str(e)) from None
-    make_folder(args.output, "--resume" if resume else "-o")  # the last check: nothing was written before
-    console = log_console(stderr=True)  # in a log: no 80-column wrapping
-    mem = args.worker_mem_mb or 0
+
+
+def _new_worker(handle_kind: type, args: argparse.Namespace, run: RunDir, index: int, collector: str) -> Any:
+    """Worker `index`'s handle (not started yet), with its recycling points."""
+    from nnsmith_cov.campaign.worker_handle import recycling
+
     worker = handle_kind(
-        args.backends, run.worker_log(0), collector=collector, cov_targets=args.cov_targets, mem_limit_mb=mem
+        args.backends,
+        run.worker_log(index),
+        collector=collector,
+        cov_targets=args.cov_targets,
+        mem_limit_mb=args.worker_mem_mb or 0,
     )
     recycling(worker, args.recycle_after, args.worker_max_rss_mb)
+    return worker
+
+
+def _started_fuzzer(
+    args: argparse.Namespace,
+    plan: _Plan,
+    cfg: GenConfig,
+    settings: CaseSettings,
+    run: RunDir,
+    worker: Any,
+    console: Console,
+) -> Fuzzer:
+    """Start the first worker, narrow the ops to what the backends accept, then build and start
+    the Fuzzer. A worker, run-folder or corpus error closes the worker (and the cluster) and is
+    a one-line error."""
+    from nnsmith_cov.campaign.cluster import shutdown
+    from nnsmith_cov.campaign.fuzz_loop import Fuzzer
+    from nnsmith_cov.campaign.run_dir import RunDirError
+    from nnsmith_cov.campaign.worker_handle import WorkerStartError
+    from nnsmith_cov.corpus.records import CorpusError
+
     try:
-        with console.status("starting the worker (importing the backends)"):
-            hello = worker.start()
-        missing = {b: why for b, why in hello["unavailable"].items() if b in args.backends}
-        if missing:
-            raise CliError("; ".join(f"backend {b} is unavailable: {why}" for b, why in missing.items()))
+        hello = _hello(worker, args, console)
         crashes = []
         if not args.no_support and args.generator != "tzer":  # from the cache; on resume, the campaign's own ops
             cfg.ops, crashes = _supported_ops(args, worker, cfg.ops, console)
-        fuzz_cfg = FuzzConfig(
-            cfg,
-            settings,
-            seed=args.seed,
-            time_s=args.time,
-            max_tests=args.tests,
-            feedback=feedback,
-            collector=collector,
-            cov_targets=args.cov_targets,
-            pass_filters=args.pass_filter,
-            generator=args.generator,
-            dynamic_arm=feedback and args.dynamic is None,
-            roundtrip_arm=feedback and args.roundtrip is None and any(map(roundtrips, args.backends)),
-            mutation=feedback and args.mutation != "off",
-        )
+        fuzz_cfg = _fuzz_config(args, plan, cfg, settings)
         kind = _tzer_fuzzer() if args.generator == "tzer" else Fuzzer  # Tzer's tests are TIR functions
         fuzzer = kind(fuzz_cfg, run, worker, lambda ev: print_event(console, ev), corpus=True)
         fuzzer.ledger.max_corpus_bytes = args.max_corpus_mb << 20  # the disk budget (corpus/budget.py)
@@ -105,120 +160,219 @@ def main(args: argparse.Namespace) -> int:
             from nnsmith_cov.campaign.op_support import default_cache_dir
 
             fuzzer.support.remember_in(args.support_cache or default_cache_dir(), hello["versions"])
-        with console.status("measuring the branch universe" if collector else "starting"):
-            repaired = fuzzer.start(resume=resume)
-        for line in repaired:  # the files beside the corpus, brought back in line with it
-            console.print(f"[dim]resume: {line}[/]")
-        if not resume and crashes:  # the probe's crashes are findings: the first tests file them
-            graphs = [(f"{c.backend}:{c.op}[{c.sig_key}]", c.graph()) for c in crashes]
-            fuzzer.queue_probes([(label, g) for label, g in graphs if g is not None])
-            console.print(f"{len(graphs)} crashes of the op-support probe are run first, to be filed as findings")
+        _start(fuzzer, plan, crashes, console)
+        return fuzzer
     except (WorkerStartError, RunDirError, CorpusError) as e:
         worker.close()
         shutdown()
         raise CliError(str(e)) from None
-    import threading
 
-    more = [
-        handle_kind(
-            args.backends, run.worker_log(i), collector=collector, cov_targets=args.cov_targets, mem_limit_mb=mem
-        )
-        for i in range(1, workers)
-    ]
-    for w in more:
-        recycling(w, args.recycle_after, args.worker_max_rss_mb)
-    stop = threading.Event()
-    failure: list[BaseException] = []
 
-    # The main thread waits on this event, never in driver.join(): a signal's KeyboardInterrupt
-    # raised inside Thread.join marks a live thread as stopped (CPython 3.11), and the workers
-    # would then be closed under the test still in flight.
-    finished = threading.Event()
+def _hello(worker: Any, args: argparse.Namespace, console: Console) -> dict:
+    """Start the worker; its hello (backend versions, unavailable backends). A backend asked
+    for but unavailable there is a one-line error."""
+    with console.status("starting the worker (importing the backends)"):
+        hello = worker.start()
+    missing = {b: why for b, why in hello["unavailable"].items() if b in args.backends}
+    if missing:
+        raise CliError("; ".join(f"backend {b} is unavailable: {why}" for b, why in missing.items()))
+    return hello
 
-    def drive() -> None:
-        try:
-            fuzzer.run_workers(more, lambda: None, stop)
-        except BaseException as e:
-            failure.append(e)
-        finally:
-            finished.set()
 
-    interrupted = False
-    last_stats = 0.0
-    _terminate_as_interrupt()
-    driver = threading.Thread(target=drive, daemon=True)
-    # On a terminal the status screen, redrawn twice a second; in a log, a plain line every
-    # --status-every seconds of campaign time and one at the end.
-    live_screen = console.is_interactive
-    ticker = Ticker(args.status_every, fuzzer.stats.elapsed())
-    title = f"nnsmith-cov {__version__} · {args.output} · {','.join(args.backends)} · {collector or 'no collector'}"
-    arms: dict | None = None
-    arms_at = -math.inf
+def _fuzz_config(args: argparse.Namespace, plan: _Plan, cfg: GenConfig, settings: CaseSettings) -> FuzzConfig:
+    """The campaign's configuration: generator, test settings, stop conditions and feedback arms."""
+    from nnsmith_cov.backends.registry import roundtrips
+    from nnsmith_cov.campaign.fuzz_config import FuzzConfig
 
-    def view(final: bool) -> tuple[float, dict | None]:
-        """Campaign time and the scheduler's top arms (held lock; the summary samples the
-        posterior for ~25 ms, so it is refreshed every few seconds and at the end, not at
-        every redraw)."""
-        nonlocal arms, arms_at
+    feedback = plan.feedback
+    return FuzzConfig(
+        cfg,
+        settings,
+        seed=args.seed,
+        time_s=args.time,
+        max_tests=args.tests,
+        feedback=feedback,
+        collector=plan.collector,
+        cov_targets=args.cov_targets,
+        pass_filters=args.pass_filter,
+        generator=args.generator,
+        dynamic_arm=feedback and args.dynamic is None,
+        roundtrip_arm=feedback and args.roundtrip is None and any(map(roundtrips, args.backends)),
+        mutation=feedback and args.mutation != "off",
+    )
+
+
+def _start(fuzzer: Fuzzer, plan: _Plan, crashes: list, console: Console) -> None:
+    """Start the fuzzer on its run folder (new, or resumed and repaired), and queue the op-support
+    probe's crashes of a new campaign to run first."""
+    with console.status("measuring the branch universe" if plan.collector else "starting"):
+        repaired = fuzzer.start(resume=plan.resume)
+    for line in repaired:  # the files beside the corpus, brought back in line with it
+        console.print(f"[dim]resume: {line}[/]")
+    if not plan.resume and crashes:  # the probe's crashes are findings: the first tests file them
+        graphs = [(f"{c.backend}:{c.op}[{c.sig_key}]", c.graph()) for c in crashes]
+        fuzzer.queue_probes([(label, g) for label, g in graphs if g is not None])
+        console.print(f"{len(graphs)} crashes of the op-support probe are run first, to be filed as findings")
+
+
+class _StatusView:
+    """The status screen and the log lines of a running campaign. The scheduler's top arms
+    sample its posterior for ~25 ms under the fuzzer's lock, so they are refreshed every few
+    seconds and at the end, not at every redraw."""
+
+    def __init__(self, fuzzer: Fuzzer, args: argparse.Namespace, plan: _Plan) -> None:
+        self.fuzzer = fuzzer
+        self.feedback = plan.feedback
+        self.limit_s, self.max_tests = args.time, args.tests
+        backends = ",".join(args.backends)
+        self.title = f"nnsmith-cov {__version__} · {args.output} · {backends} · {plan.collector or 'no collector'}"
+        self.arms: dict | None = None
+        self.arms_at = -math.inf
+
+    def _now_and_arms(self, final: bool) -> tuple[float, dict | None]:
+        """Campaign time and the top arms (the caller holds the fuzzer's lock)."""
+        fuzzer = self.fuzzer
         now = fuzzer.stats.elapsed()
-        if feedback and fuzzer.scheduler is not None and (final or now - arms_at >= 5):
-            arms, arms_at = fuzzer.scheduler.summary(), now
-        return now, arms
+        if self.feedback and fuzzer.scheduler is not None and (final or now - self.arms_at >= 5):
+            self.arms, self.arms_at = fuzzer.scheduler.summary(), now
+        return now, self.arms
 
-    def render(final: bool = False):
-        with fuzzer.lock:
-            now, top = view(final)
-            return screen(fuzzer.stats, now=now, limit_s=args.time, max_tests=args.tests, arms=top, title=title)
+    def render(self, final: bool = False) -> RenderableType:
+        """The status screen, for a terminal."""
+        from nnsmith_cov.campaign.status import screen
 
-    def log(final: bool = False) -> None:
-        with fuzzer.lock:
-            now, top = view(final)
-            line = log_line(fuzzer.stats, now=now, arms=top)
+        with self.fuzzer.lock:
+            now, top = self._now_and_arms(final)
+            return screen(
+                self.fuzzer.stats, now=now, limit_s=self.limit_s, max_tests=self.max_tests, arms=top, title=self.title
+            )
+
+    def log(self, console: Console, final: bool = False) -> None:
+        """One plain status line, for a log (printed outside the lock)."""
+        from nnsmith_cov.campaign.status import log_line
+
+        with self.fuzzer.lock:
+            now, top = self._now_and_arms(final)
+            line = log_line(self.fuzzer.stats, now=now, arms=top)
         console.out(line, highlight=False)
 
-    try:
-        with Live(render(), console=console, refresh_per_second=2) if live_screen else nullcontext() as live:
-            driver.start()
-            while not finished.is_set():
-                finished.wait(timeout=0.5 if live_screen else min(0.5, ticker.wait_s(fuzzer.stats.elapsed())))
-                if live is not None:
-                    live.update(render(final=finished.is_set()))
-                elif not finished.is_set() and ticker.due(fuzzer.stats.elapsed()):
-                    log()  # (not when the campaign just ended: the final line follows)
-                if fuzzer.stats.elapsed() - last_stats >= 5:
-                    if not _stats_written(fuzzer, failure):
-                        stop.set()  # the disk is full or gone: the campaign cannot go on
-                    last_stats = fuzzer.stats.elapsed()
-    except KeyboardInterrupt:
-        interrupted = True
-        stop.set()
-        while not finished.is_set():  # the tests in flight finish and are committed
+
+class _Campaign:
+    """The running campaign: the fuzzer's loop over the workers on a second thread, while the
+    main thread draws the status, rewrites stats.json and takes the signals."""
+
+    def __init__(self, fuzzer: Fuzzer, more: list, console: Console, view: _StatusView) -> None:
+        self.fuzzer, self.more, self.console, self.view = fuzzer, more, console, view
+        self.stop = threading.Event()
+        # The main thread waits on this event, never in driver.join(): a signal's KeyboardInterrupt
+        # raised inside Thread.join marks a live thread as stopped (CPython 3.11), and the workers
+        # would then be closed under the test still in flight.
+        self.finished = threading.Event()
+        self.failure: list[BaseException] = []  # what stopped the loop (the first only)
+
+    def _drive(self) -> None:
+        try:
+            self.fuzzer.run_workers(self.more, lambda: None, self.stop)
+        except BaseException as e:
+            self.failure.append(e)
+        finally:
+            self.finished.set()
+
+    def run(self, status_every: float) -> bool:
+        """Run to the end (a stop condition, a failure or a signal); True after a signal.
+        stats.json is written last, and in a log a final status line, unless the loop failed."""
+        from contextlib import nullcontext
+
+        from rich.live import Live
+
+        from nnsmith_cov.campaign.status import Ticker
+
+        _terminate_as_interrupt()
+        driver = threading.Thread(target=self._drive, daemon=True)
+        # On a terminal the status screen, redrawn twice a second; in a log, a plain line every
+        # --status-every seconds of campaign time and one at the end.
+        live_screen = self.console.is_interactive
+        ticker = Ticker(status_every, self.fuzzer.stats.elapsed())
+        try:
+            with (
+                Live(self.view.render(), console=self.console, refresh_per_second=2)
+                if live_screen
+                else nullcontext() as live
+            ):
+                driver.start()
+                self._watch(live, ticker)
+            return False
+        except KeyboardInterrupt:
+            self.stop.set()
+            self._wait_in_flight()
+            return True
+        finally:
+            if not live_screen and not self.failure:
+                self.view.log(self.console, final=True)
+            _stats_written(self.fuzzer, self.failure)
+
+    def _watch(self, live: Any, ticker: Any) -> None:
+        """Until the loop ends: redraw the screen or print the due log line, and rewrite
+        stats.json every 5 s of campaign time."""
+        fuzzer, finished = self.fuzzer, self.finished
+        last_stats = 0.0
+        while not finished.is_set():
+            finished.wait(timeout=0.5 if live is not None else min(0.5, ticker.wait_s(fuzzer.stats.elapsed())))
+            if live is not None:
+                live.update(self.view.render(final=finished.is_set()))
+            elif not finished.is_set() and ticker.due(fuzzer.stats.elapsed()):
+                self.view.log(self.console)  # (not when the campaign just ended: the final line follows)
+            if fuzzer.stats.elapsed() - last_stats >= 5:
+                if not _stats_written(fuzzer, self.failure):
+                    self.stop.set()  # the disk is full or gone: the campaign cannot go on
+                last_stats = fuzzer.stats.elapsed()
+
+    def _wait_in_flight(self) -> None:
+        """After a signal: the tests in flight finish and are committed."""
+        while not self.finished.is_set():
             try:
-                finished.wait()
+                self.finished.wait()
             except KeyboardInterrupt:  # a second signal: still let them finish (at most --timeout-s)
                 pass
-    finally:
-        if not live_screen and not failure:
-            log(final=True)
-        _stats_written(fuzzer, failure)
-        fuzzer.close()
-        for w in (worker, *more):
-            w.close()
-        shutdown()
-    if failure and isinstance(failure[0], WorkerStartError):
-        raise CliError(str(failure[0]))
-    if failure:
-        from nnsmith_cov.campaign.internal import BreakerTripped
 
-        if isinstance(failure[0], BreakerTripped):
-            print(f"nnsmith-cov: {failure[0]}", file=sys.stderr)
-            return 3
-        if isinstance(failure[0], CorpusError | OSError):  # the corpus or the disk failed: committed tests are kept
-            raise CliError(f"campaign stopped: {failure[0]}") from None
-        raise failure[0]
+
+def _close(fuzzer: Fuzzer, workers: list) -> None:
+    """Close the fuzzer, every worker and the Ray instance joined (if any)."""
+    from nnsmith_cov.campaign.cluster import shutdown
+
+    fuzzer.close()
+    for w in workers:
+        w.close()
+    shutdown()
+
+
+def _finish(args: argparse.Namespace, fuzzer: Fuzzer, failure: list[BaseException], interrupted: bool) -> int:
+    """The summary and the exit status: 0, 130 after a signal, or the failure's (see _failed)."""
+    from nnsmith_cov.campaign.status import log_console, summary
+
+    if failure:
+        return _failed(failure[0])
     log_console().print(summary(fuzzer.stats))
     print(f"campaign folder: {args.output}  (findings in {args.output / 'findings'}; resume with --resume)")
     return 130 if interrupted else 0
+
+
+def _failed(error: BaseException) -> int:
+    """What the loop's failure ends in: exit status 3 when the breaker tripped; a one-line error
+    for a worker that could not start or a corpus/disk failure (committed tests are kept); any
+    other error is raised again."""
+    from nnsmith_cov.campaign.internal import BreakerTripped
+    from nnsmith_cov.campaign.worker_handle import WorkerStartError
+    from nnsmith_cov.corpus.records import CorpusError
+
+    if isinstance(error, WorkerStartError):
+        raise CliError(str(error))
+    if isinstance(error, BreakerTripped):
+        print(f"nnsmith-cov: {error}", file=sys.stderr)
+        return 3
+    if isinstance(error, CorpusError | OSError):
+        raise CliError(f"campaign stopped: {error}") from None
+    raise error
 
 
 def _tzer_fuzzer() -> Any:

@@ -72,7 +72,7 @@ class Proposal:
 
     op_weights: dict[str, float] | None  # per op spec name
     forward_prob: float
-    bin_weights: dict[str, list[float]] | None  # per attribute kind, one weight per bin (see binning.n_bins)
+    bin_weights: dict[str, list[float]] | None  # per attribute kind, one weight per bin (see abstract.bins.n_bins)
     nodes: int
     seeded: bool
     opset_weights: dict[int, float] | None = None  # per ONNX opset

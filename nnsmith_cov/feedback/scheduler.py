@@ -9,13 +9,13 @@ from typing import Any
 
 import numpy as np
 
+from nnsmith_cov.abstract.bins import n_bins
 from nnsmith_cov.abstract.op import AttrKind
 from nnsmith_cov.coverage.covmap import Novelty
 from nnsmith_cov.feedback.arms import ArmGroup, Label, Prior
 from nnsmith_cov.feedback.mutate import ARMS, GROW
 from nnsmith_cov.feedback.params import BanditParams, Proposal, is_number
 from nnsmith_cov.feedback.reward import RecentRanks, novelty_score
-from nnsmith_cov.gen.binning import n_bins
 from nnsmith_cov.gen.generator import GenConfig, GenRecord
 from nnsmith_cov.gen.graph_ir import DEFAULT_OPSET
 

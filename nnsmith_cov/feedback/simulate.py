@@ -7,10 +7,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from nnsmith_cov.abstract.bins import n_bins
 from nnsmith_cov.abstract.op import AttrKind
 from nnsmith_cov.coverage.covmap import Novelty
 from nnsmith_cov.feedback.scheduler import Proposal, Scheduler, bin_labels
-from nnsmith_cov.gen.binning import BinChoice, n_bins
+from nnsmith_cov.gen.binning import BinChoice
 from nnsmith_cov.gen.generator import GenRecord
 
 # Attribute draws per inserted op, by kind: every graph has many SIZE dims

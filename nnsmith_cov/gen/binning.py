@@ -5,11 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from nnsmith_cov.abstract.bins import bin_range, draw_bin, n_bins
+from nnsmith_cov.abstract.bins import n_bins
 from nnsmith_cov.abstract.op import AttrKind
-
-# Drawing a bin lives in abstract.bins (specs draw bins too); named here for the generator.
-__all__ = ["BinChoice", "bin_range", "draw_bin", "n_bins", "weights_for"]
 
 
 @dataclass

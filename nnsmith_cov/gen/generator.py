@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 
 import z3
 
+from nnsmith_cov.abstract.bins import draw_bin
 from nnsmith_cov.abstract.choice import ChoiceSource, Replayed
 from nnsmith_cov.abstract.dtype import DType
 from nnsmith_cov.abstract.op import ATTR_LIMIT, MAX_OPSET, MIN_OPSET, AttrKind, OpSpec
 from nnsmith_cov.abstract.symbols import fresh_context, int_sym
 from nnsmith_cov.abstract.tensor import AbsTensor
-from nnsmith_cov.gen.binning import BinChoice, draw_bin, weights_for
+from nnsmith_cov.gen.binning import BinChoice, weights_for
 from nnsmith_cov.gen.feasibility import prove_infeasible
 from nnsmith_cov.gen.graph_ir import DEFAULT_OPSET, GraphIR, Inst
 from nnsmith_cov.gen.reach import BRIDGE_OP, backward_ranks, bridge_for

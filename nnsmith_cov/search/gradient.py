@@ -77,7 +77,6 @@ __all__ = [
     "METHODS",
     "SAMPLING_INIT",
     "MaskedAdam",
-    "SearchResult",
     "demand_order",
     "search_values",
 ]

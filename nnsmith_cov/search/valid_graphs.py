@@ -6,7 +6,8 @@ from collections.abc import Iterator
 
 from nnsmith_cov.gen.generator import GenConfig, GenerationError, generate
 from nnsmith_cov.gen.graph_ir import GraphIR
-from nnsmith_cov.search.gradient import SearchResult, search_values
+from nnsmith_cov.materialize.search_result import SearchResult
+from nnsmith_cov.search.gradient import search_values
 
 
 def valid_graphs(cfg: GenConfig, seed: int) -> Iterator[tuple[int, GraphIR, SearchResult]]:
