@@ -24,20 +24,27 @@ class ReproResult:
     finding: Finding | None  # what the re-run found (None: it passed)
 
 
-def reproduce(bundle: Bundle, log_path: Path, timeout_s: float | None = None) -> ReproResult:
-    meta = bundle.meta
+def bundle_settings(meta: dict, timeout_s: float | None = None, localize: bool = True) -> CaseSettings:
+    """The case settings a bundle was found under (its meta's `settings`, defaults where absent), on
+    its backend alone, or on none when PyTorch's side failed; `timeout_s` overrides the saved one."""
     saved = meta.get("settings", {})
-    backend = meta["backend"]
-    on_torch = meta["stage"] in PYTORCH_STAGES
-    settings = CaseSettings(
-        backends=[] if on_torch else [backend],
+    return CaseSettings(
+        backends=[] if meta["stage"] in PYTORCH_STAGES else [meta["backend"]],
         rtol=saved.get("rtol", 1e-2),
         atol=saved.get("atol", 1e-3),
         half_rtol=saved.get("half_rtol", 5e-2),
         half_atol=saved.get("half_atol", 1e-2),
         timeout_s=timeout_s or saved.get("timeout_s", 60.0),
         search=saved.get("search") or CaseSettings([]).search,
+        localize=localize,
     )
+
+
+def reproduce(bundle: Bundle, log_path: Path, timeout_s: float | None = None) -> ReproResult:
+    meta = bundle.meta
+    backend = meta["backend"]
+    on_torch = meta["stage"] in PYTORCH_STAGES
+    settings = bundle_settings(meta, timeout_s)
     worker = WorkerHandle(settings.backends, log_path)
     try:
         hello = worker.start()

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nnsmith_cov.campaign.testcase import BEFORE_OPTIMIZATION, CaseSettings, Prepared, export_stored, prepare
+from nnsmith_cov.campaign.repro import bundle_settings
+from nnsmith_cov.campaign.testcase import BEFORE_OPTIMIZATION, Prepared, export_stored, prepare
 from nnsmith_cov.campaign.worker_handle import WorkerFault, WorkerHandle, WorkerStartError
 from nnsmith_cov.materialize.model_dir import leaf_names
 from nnsmith_cov.materialize.torch_module import output_name
@@ -25,7 +26,7 @@ from nnsmith_cov.oracle.bundle import Bundle, read_bundle, write_bundle
 from nnsmith_cov.oracle.finding import Finding
 from nnsmith_cov.oracle.signature import fault_op
 from nnsmith_cov.reduce.candidates import Candidate, build, full_cut, pattern
-from nnsmith_cov.reduce.check import TORCH_STAGES, Checker, keeps
+from nnsmith_cov.reduce.check import Checker, keeps
 from nnsmith_cov.reduce.delta import Search, alone
 from nnsmith_cov.reduce.script import write_script
 from nnsmith_cov.reduce.trace import TraceError, record_values
@@ -105,17 +106,7 @@ def reduce_bundle(
     _check_out(out, path)
     meta = bundle.meta
     stage, backend, opt = meta["stage"], meta["backend"], meta["opt"]
-    saved = meta.get("settings", {})
-    settings = CaseSettings(
-        backends=[] if stage in TORCH_STAGES else [backend],
-        rtol=saved.get("rtol", 1e-2),
-        atol=saved.get("atol", 1e-3),
-        half_rtol=saved.get("half_rtol", 5e-2),
-        half_atol=saved.get("half_atol", 1e-2),
-        timeout_s=timeout_s or saved.get("timeout_s", 60.0),
-        search=saved.get("search") or CaseSettings([]).search,
-        localize=False,
-    )
+    settings = bundle_settings(meta, timeout_s, localize=False)
     names = leaf_names(bundle.graph)
     recorded = {v: bundle.values[n] for v, n in names.items() if n in bundle.values}
     if stage != "reference":  # the reference ran: every value it computed can seed a fresh input
