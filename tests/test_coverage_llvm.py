@@ -406,6 +406,32 @@ def test_tvm_recipe_refuses_what_is_not_a_tvm_tree_in_one_line(tmp_path):
         build_tvm(TVM_TREE, mode="gcov")
 
 
+def test_tvm_recipe_reads_the_cmake_and_version_a_tree_needs(tmp_path):
+    from nnsmith_cov.coverage.llvm_builds import BuildError
+    from nnsmith_cov.coverage.llvm_tvm import cmake_needed, find_cmake, tvm_version
+
+    source = tmp_path / "tvm"
+    shutil.copytree(TVM_TREE, source)
+    assert cmake_needed(source) == (3, 16) and tvm_version(source) == "0.0.fixture"
+    # A 3rdparty project asking for more than the tree itself decides (tvm-ffi wants 3.26).
+    (source / "3rdparty" / "ffi").mkdir()
+    (source / "3rdparty" / "ffi" / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 99.1)\n")
+    assert cmake_needed(source) == (99, 1)
+    with pytest.raises(
+        BuildError, match=r"^tvm: the tree needs CMake >= 99\.1, this machine has [0-9.]+: .*pip install"
+    ):
+        find_cmake(cmake_needed(source))
+    if shutil.which("git") is None:
+        return
+    # A git checkout is named by its tags, as TVM's own version is.
+    git = ["git", "-C", str(source), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], check=True)
+    subprocess.run([*git, "tag", "v9.8.dev0"], check=True)
+    assert tvm_version(source) == "9.8.dev0"
+
+
 def test_build_script_without_a_tvm_source_says_so_in_one_line():
     r = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "build_instrumented.py"), "tvm"], capture_output=True, text=True

@@ -31,6 +31,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -61,9 +62,16 @@ MODES = ("sancov", "profile")
 
 
 def tvm_version(source: Path) -> str:
-    """The version the tree declares (`python/tvm/libinfo.py`'s __version__, else pyproject's)."""
+    """The version the tree declares: `git describe` where it is a git checkout (TVM's own
+    version comes from its tags), else `python/tvm/libinfo.py`'s __version__ or pyproject's."""
+    if (source / ".git").exists():
+        r = subprocess.run(
+            ["git", "-C", str(source), "describe", "--tags"], capture_output=True, text=True, check=False
+        )
+        if r.returncode == 0 and r.stdout.strip():
+            return r.stdout.strip().lstrip("v")
     for rel, pattern in (
-        ("python/tvm/libinfo.py", r'^__version__\s*=\s*"([^"]+)"'),
+        ("python/tvm/libinfo.py", r'^\s*__version__\s*=\s*"([^"]+)"'),
         ("pyproject.toml", r'^version\s*=\s*"([^"]+)"'),
         ("version.py", r'^__version__\s*=\s*"([^"]+)"'),
     ):
@@ -74,6 +82,49 @@ def tvm_version(source: Path) -> str:
         if m:
             return m.group(1)
     return "dev"
+
+
+def cmake_needed(source: Path) -> tuple[int, ...]:
+    """The highest `cmake_minimum_required` of the tree's top CMakeLists and its 3rdparty
+    projects (tvm-ffi asks for more than TVM itself)."""
+    found = [(0,)]
+    for lists in [source / "CMakeLists.txt", *sorted(source.glob("3rdparty/*/CMakeLists.txt"))]:
+        try:
+            text = lists.read_text(errors="replace")
+        except OSError:
+            continue
+        for m in re.finditer(r"cmake_minimum_required\s*\(\s*VERSION\s+([0-9.]+)", text, re.I):
+            found.append(tuple(int(x) for x in m.group(1).split(".") if x))
+    return max(found)
+
+
+def _cmake_version(cmake: str) -> tuple[int, ...]:
+    try:
+        r = subprocess.run([cmake, "--version"], capture_output=True, text=True, check=False)
+    except OSError:
+        return (0,)
+    m = re.search(r"version\s+([0-9]+)\.([0-9]+)(?:\.([0-9]+))?", r.stdout)
+    return tuple(int(x) for x in m.groups() if x is not None) if m else (0,)
+
+
+def find_cmake(needed: tuple[int, ...]) -> str:
+    """A CMake at least `needed`: the one PyPI's `cmake` put beside this Python, else the
+    system's; a one-line BuildError saying how to get one otherwise."""
+    beside = Path(sys.executable).parent / "cmake"
+    candidates = [str(beside)] if beside.exists() else []
+    if (system := shutil.which("cmake")) is not None:
+        candidates.append(system)
+    if not candidates:
+        raise BuildError("tvm: cmake not found (make native-tools installs it)")
+    for cmake in candidates:
+        if _cmake_version(cmake) >= needed:
+            return cmake
+    have = ".".join(map(str, _cmake_version(candidates[-1])))
+    want = ".".join(map(str, needed))
+    raise BuildError(
+        f"tvm: the tree needs CMake >= {want}, this machine has {have}: "
+        f"`{sys.executable} -m pip install 'cmake>={want}'` puts one beside this Python"
+    )
 
 
 def check_source(source: Path) -> None:
@@ -101,9 +152,9 @@ def kit_environment(source: Path, mode: str) -> dict[str, str]:
     }
 
 
-def configure_command(source: Path, build: Path, extra: Sequence[str] = ()) -> list[str]:
+def configure_command(source: Path, build: Path, extra: Sequence[str] = (), cmake: str = "cmake") -> list[str]:
     toolchain = kit_dir() / "cmake" / "nncov-toolchain.cmake"
-    cmd = ["cmake", "-S", str(source), "-B", str(build), f"-DCMAKE_TOOLCHAIN_FILE={toolchain}"]
+    cmd = [cmake, "-S", str(source), "-B", str(build), f"-DCMAKE_TOOLCHAIN_FILE={toolchain}"]
     if shutil.which("ninja"):
         cmd += ["-G", "Ninja"]
     if shutil.which("ccache"):  # rebuilds of a tree of this size are long on two cores
@@ -129,9 +180,12 @@ def build_tvm(
         raise BuildError(f"tvm: unknown mode {mode!r} (known: {', '.join(MODES)})")
     source = source.resolve()
     check_source(source)
-    missing = [t for t in ("cmake", "clang++-19") if shutil.which(t) is None]
-    if missing:
-        raise BuildError(f"tvm: {missing[0]} not found (make native-tools installs it)")
+    if shutil.which("clang++-19") is None:
+        raise BuildError("tvm: clang++-19 not found (make native-tools installs it)")
+    llvm_dev = shutil.which("llvm-config-19") is not None and Path("/usr/lib/llvm-19/include/llvm").is_dir()
+    if (source / "cmake" / "modules" / "LLVM.cmake").exists() and not llvm_dev:  # TVM's LLVM codegen links it
+        raise BuildError("tvm: LLVM 19's development files are missing (apt-get install llvm-19-dev)")
+    cmake = find_cmake(cmake_needed(source))
     root = prefix_for(source, mode)
     if not force and (found := find_tvm_build(source, mode)) is not None:
         return found
@@ -140,11 +194,11 @@ def build_tvm(
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not force and (found := find_tvm_build(source, mode)) is not None:
             return found
-        return _build(source, root, mode, jobs, echo, cmake_args)
+        return _build(source, root, mode, jobs, echo, cmake_args, cmake)
 
 
 def _build(
-    source: Path, root: Path, mode: str, jobs: int | None, echo: bool, cmake_args: Sequence[str]
+    source: Path, root: Path, mode: str, jobs: int | None, echo: bool, cmake_args: Sequence[str], cmake: str
 ) -> InstrumentedBuild:
     (root / MARKER).unlink(missing_ok=True)
     log = root / "build.log"
@@ -161,8 +215,8 @@ def _build(
 
     t0 = time.monotonic()
     build = root / "build"
-    run("configure", configure_command(source, build, cmake_args))
-    run("build", ["cmake", "--build", str(build), "-j", str(jobs or os.cpu_count() or 1)])
+    run("configure", configure_command(source, build, cmake_args, cmake))
+    run("build", [cmake, "--build", str(build), "-j", str(jobs or os.cpu_count() or 1)])
     libs = {name: p for name in LIBRARIES for p in sorted(build.rglob(name))[:1]}
     if not libs:
         raise BuildError(f"tvm: the build left none of {', '.join(LIBRARIES)} in {build}")
