@@ -5,6 +5,7 @@ tested in test_op_support.py)."""
 from __future__ import annotations
 
 import json
+import zipfile
 
 from nnsmith_cov.cli import main
 from nnsmith_cov.corpus.store import CorpusStore
@@ -27,4 +28,6 @@ def test_a_probe_crash_is_filed_as_a_finding_with_a_bundle_that_replays(tmp_path
     with CorpusStore.open(folder / "lmdb", readonly=True) as store:
         record = store.record(0)
         assert record is not None and record.gen.get("origin") == "probe"
+    with zipfile.ZipFile(bundle / "inputs.npz") as z:  # bundles keep their values deflated (issue 34)
+        assert z.infolist() and all(i.compress_type == zipfile.ZIP_DEFLATED for i in z.infolist())
     assert main(["repro", str(bundle), "--plugin", FAKE]) == 0  # it replays, like any finding

@@ -55,9 +55,11 @@ def materialize_and_export(graph: GraphIR, values: dict[int, np.ndarray]) -> Exp
     return Exported(module, inputs, data, graph.opset)
 
 
-def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
+def npz_bytes(arrays: dict[str, np.ndarray], compress: bool = False) -> bytes:
+    """The arrays as .npz bytes; `compress` (zip deflate) for files kept at rest, where searched
+    values shrink about by half."""
     buf = io.BytesIO()
-    np.savez(buf, **arrays)
+    (np.savez_compressed if compress else np.savez)(buf, **arrays)
     return buf.getvalue()
 
 

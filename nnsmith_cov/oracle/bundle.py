@@ -2,7 +2,7 @@
 
 <bundle>/model.onnx    the exported model (absent for export/reference findings)
 <bundle>/graph.json    GraphIR; graph.txt its readable form (absent for a replayed foreign ONNX model)
-<bundle>/inputs.npz    model inputs (i<v>) and weights (w<v>)
+<bundle>/inputs.npz    model inputs (i<v>) and weights (w<v>); the .npz files are deflated
 <bundle>/oracle.npz    PyTorch's outputs (o<v>), when the value search succeeded
 <bundle>/actual.npz    the backend's outputs, for inconsistencies
 <bundle>/error.log     traceback and worker output, for crashes and hangs; mismatch details otherwise
@@ -76,13 +76,13 @@ def write_bundle(
     if graph is not None:
         (tmp / "graph.json").write_text(graph.dumps() + "\n")
         (tmp / "graph.txt").write_text(graph.text())
-    (tmp / "inputs.npz").write_bytes(npz_bytes(values))
+    (tmp / "inputs.npz").write_bytes(npz_bytes(values, compress=True))
     if oracle is not None:
-        (tmp / "oracle.npz").write_bytes(npz_bytes(oracle))
+        (tmp / "oracle.npz").write_bytes(npz_bytes(oracle, compress=True))
     if onnx is not None:
         (tmp / "model.onnx").write_bytes(onnx)
     if finding.actual:
-        (tmp / "actual.npz").write_bytes(npz_bytes(finding.actual))
+        (tmp / "actual.npz").write_bytes(npz_bytes(finding.actual, compress=True))
     (tmp / "error.log").write_text(f"{finding.signature}\n{finding.detail}\n\n{finding.log}")
     shutil.rmtree(path, ignore_errors=True)
     tmp.rename(path)
