@@ -33,6 +33,7 @@ from nnsmith_cov.campaign.testcase import CaseSettings, prepare, run_backend
 from nnsmith_cov.campaign.worker_handle import Reply, WorkerHandle, WorkerStartError
 from nnsmith_cov.gen.generator import GenConfig, GenerationError, generate
 from nnsmith_cov.gen.graph_ir import GraphIR
+from nnsmith_cov.oracle.finding import TORCH_STAGES
 from nnsmith_cov.oracle.refusal import classify
 
 SUPPORT_SCHEMA = 3
@@ -47,7 +48,6 @@ _SAVE_EVERY = 25  # probes between cache writes, so an interrupted probe keeps i
 _DETAIL_CHARS = 200  # of a failure's message kept in the cache
 CLASSES = ("ok", "untested", "refused", "crash")
 # Stages of a failure that PyTorch (the search or the exporter) had, not the backend.
-_TORCH_STAGES = ("reference", "export")
 
 
 class SupportError(Exception):
@@ -69,7 +69,7 @@ class Outcome:
     @property
     def torch_crash(self) -> bool:
         """A crash of PyTorch (the search or the exporter), not of the backend probed."""
-        return self.cls == "crash" and self.detail.split(":", 1)[0] in _TORCH_STAGES
+        return self.cls == "crash" and self.detail.split(":", 1)[0] in TORCH_STAGES
 
     @property
     def usable(self) -> bool:

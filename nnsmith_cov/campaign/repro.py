@@ -8,10 +8,8 @@ from pathlib import Path
 from nnsmith_cov.campaign.testcase import CaseSettings, Prepared, judge, prepare, run_backend
 from nnsmith_cov.campaign.worker_handle import WorkerHandle
 from nnsmith_cov.oracle.bundle import Bundle
-from nnsmith_cov.oracle.finding import Finding
+from nnsmith_cov.oracle.finding import TORCH_STAGES, Finding
 from nnsmith_cov.oracle.signature import same_signature
-
-PYTORCH_STAGES = ("reference", "export")
 
 
 class ReproError(Exception):
@@ -29,7 +27,7 @@ def bundle_settings(meta: dict, timeout_s: float | None = None, localize: bool =
     its backend alone, or on none when PyTorch's side failed; `timeout_s` overrides the saved one."""
     saved = meta.get("settings", {})
     return CaseSettings(
-        backends=[] if meta["stage"] in PYTORCH_STAGES else [meta["backend"]],
+        backends=[] if meta["stage"] in TORCH_STAGES else [meta["backend"]],
         rtol=saved.get("rtol", 1e-2),
         atol=saved.get("atol", 1e-3),
         half_rtol=saved.get("half_rtol", 5e-2),
@@ -43,7 +41,7 @@ def bundle_settings(meta: dict, timeout_s: float | None = None, localize: bool =
 def reproduce(bundle: Bundle, log_path: Path, timeout_s: float | None = None) -> ReproResult:
     meta = bundle.meta
     backend = meta["backend"]
-    on_torch = meta["stage"] in PYTORCH_STAGES
+    on_torch = meta["stage"] in TORCH_STAGES
     settings = bundle_settings(meta, timeout_s)
     worker = WorkerHandle(settings.backends, log_path)
     try:

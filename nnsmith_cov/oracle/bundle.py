@@ -30,7 +30,7 @@ from nnsmith_cov.bounded_read import MAX_JSON_BYTES, DataError, json_type, read_
 from nnsmith_cov.gen.graph_ir import GraphIR, GraphIRError
 from nnsmith_cov.materialize.model_dir import load_npz, npz_bytes
 from nnsmith_cov.ops import is_op
-from nnsmith_cov.oracle.finding import Finding
+from nnsmith_cov.oracle.finding import TORCH_STAGES, Finding
 from nnsmith_cov.stored import StoredError, number, search_settings, timeout, trusted_backend
 
 BUNDLE_SCHEMA = 1
@@ -147,7 +147,7 @@ def _check_meta(meta: Any, path: Path, plugins: Collection[str]) -> None:
     seed = meta["seed"]
     if type(seed) is not int or not 0 <= seed < 2**63:
         raise BundleError(f"{path}: meta.json seed must be an integer in [0, 2^63), not {shown(seed)}")
-    if meta["stage"] not in ("reference", "export"):  # PyTorch's findings run no backend
+    if meta["stage"] not in TORCH_STAGES:  # PyTorch's findings run no backend
         trusted_backend(meta["backend"], plugins, "backend")
     settings = meta.get("settings", {})
     if not isinstance(settings, dict):

@@ -15,6 +15,8 @@ SYMPTOMS = ("crash", "hang", "inconsistency")
 # value excuses, a mismatch that lives next to a discontinuity (Round, comparisons, ArgMax ties),
 # an operator the backend does not implement, or a fault of nnsmith-cov itself.
 CLASSES = ("bug", "reference", "precision", "discontinuity", "unsupported", "ours")
+# The stages where PyTorch, not a backend, failed (backend "torch"): no backend runs to reproduce them.
+TORCH_STAGES = ("reference", "export")
 
 
 @dataclass

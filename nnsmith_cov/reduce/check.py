@@ -29,8 +29,6 @@ from nnsmith_cov.oracle.finding import Finding
 from nnsmith_cov.oracle.signature import defect, is_generic
 from nnsmith_cov.reduce.candidates import Candidate
 
-TORCH_STAGES = ("reference", "export")
-
 
 @dataclass
 class Outcome:

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from nnsmith_cov.oracle.finding import TORCH_STAGES
+
 SCRIPT = "repro.py"
 
 # The script's parts: a settings block written per finding, then these; one runner, its engine's.
@@ -158,7 +160,7 @@ def write_script(out: Path, meta: Mapping[str, Any], roundtrip: bool = False) ->
     from nnsmith_cov.backends.tvm import _O0_CONFIG, _OPT_PASSES
 
     engine = engine_of(meta["backend"])
-    if engine is None or roundtrip or meta["stage"] in ("reference", "export", "roundtrip"):
+    if engine is None or roundtrip or meta["stage"] in (*TORCH_STAGES, "roundtrip"):
         return None
     settings = meta.get("settings") or {}
     tol = lambda key, default: float(settings.get(key, default))  # read_bundle checked: finite numbers
