@@ -61,3 +61,32 @@ def test_report_plots_disk_and_memory_over_time(tmp_path: Path) -> None:
     assert all(f'id="series-0-{k}"' in svg for k in ("disk", "rss", "workers"))
     imported = Campaign("x", str(tmp_path), "lcov", "lcov", "lcov-line", frozenset(), frozenset(), ())
     assert plots.resources_figure([imported], tmp_path / "none") == []  # nothing recorded: no figure
+
+
+def test_report_tables_tests_per_second_disk_and_memory_per_interval(tmp_path: Path) -> None:
+    from nnsmith_cov.report.command import ReportOptions, make_report
+    from nnsmith_cov.report.resources import resource_intervals
+
+    # 70 minutes, a point a minute, 2 tests a minute then 1 from minute 45: 15-minute rows.
+    rows, tests = [], 0
+    for m in range(71):
+        tests += 0 if m == 0 else (2 if m <= 45 else 1)
+        rows.append(TimelineRow(60.0 * m, tests, 100 + m, 0, tests, 0, (1000 + 10 * m) << 10, 500 << 10, 700 << 10))
+    table = resource_intervals([TimelineRow(0.0, 0, 0, 0, 0, 0), *rows])  # an unmeasured point is skipped
+    assert [r["minute"] for r in table] == [15.0, 30.0, 45.0, 60.0, 70.0]
+    assert [r["tests_per_s"] for r in table[:3]] == [round(2 / 60, 3)] * 3
+    assert table[3]["tests_per_s"] == round(1 / 60, 3) and table[3]["tests"] == 105
+    assert table[-1]["disk_mb"] == 1700.0 and table[0]["rss_mb"] == 500.0 and table[0]["worker_rss_mb"] == 700.0
+    assert resource_intervals(rows, every_s=600)[0]["minute"] == 10.0
+    assert resource_intervals([]) == []
+    # `report` writes it per campaign beside the table.
+    from test_report import fake_universe
+
+    config = {"seed": 1, "time_s": 4200.0, "feedback": True, "collector": "python", "pass_filters": None}
+    with CorpusStore.create(tmp_path / "run" / "lmdb", config, {}, fake_universe()) as s:
+        for k, row in enumerate(rows):
+            s.commit(k, elapsed_s=row.elapsed_s, timeline=row)
+    report = make_report([str(tmp_path / "run")], tmp_path / "out", ReportOptions(quiet=True, figures=False))
+    written = [p for p in report.files if p.parent.name == "resources"]
+    assert len(written) == 1 and written[0].read_text().splitlines()[0].startswith("minute,tests,tests_per_s")
+    assert len(written[0].read_text().splitlines()) == 1 + len(table)

@@ -15,8 +15,9 @@ from nnsmith_cov.flags import add_flags
 from nnsmith_cov.report.compare import by_line, check_comparable, pairwise, venn_regions
 from nnsmith_cov.report.export import write_csv, write_json, write_text
 from nnsmith_cov.report.lcov import write_lcov
-from nnsmith_cov.report.load import load_any, spec_parts
+from nnsmith_cov.report.load import load_any, resource_timeline, spec_parts
 from nnsmith_cov.report.model import Campaign, ReportError
+from nnsmith_cov.report.resources import resource_intervals
 from nnsmith_cov.report.table import describe, print_table, table_rows
 from nnsmith_cov.report.triage import print_class_summaries
 
@@ -137,6 +138,10 @@ def _make_one(campaigns: list[Campaign], out: Path, opts: ReportOptions) -> Repo
             (out / "ops").mkdir(exist_ok=True)
             write_csv(out / "ops" / f"{name}.csv", c.ops)
             report.files.append(out / "ops" / f"{name}.csv")
+        if health := resource_intervals(resource_timeline(c)):  # tests/s, disk and memory per interval
+            (out / "resources").mkdir(exist_ok=True)
+            write_csv(out / "resources" / f"{name}.csv", health)
+            report.files.append(out / "resources" / f"{name}.csv")
 
     if opts.figures:
         report.files += _figures(campaigns, sets, pass_sets, out / "figures")
