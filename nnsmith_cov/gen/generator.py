@@ -20,7 +20,7 @@ from nnsmith_cov.abstract.dtype import DType
 from nnsmith_cov.abstract.op import ATTR_LIMIT, MAX_OPSET, MIN_OPSET, AttrKind, OpSpec
 from nnsmith_cov.abstract.symbols import fresh_context, int_sym
 from nnsmith_cov.abstract.tensor import AbsTensor
-from nnsmith_cov.gen.binning import BinChoice, weights_for
+from nnsmith_cov.gen.binning import BinChoice, BinFitter, weights_for
 from nnsmith_cov.gen.feasibility import prove_infeasible
 from nnsmith_cov.gen.graph_ir import DEFAULT_OPSET, GraphIR, Inst
 from nnsmith_cov.gen.reach import BRIDGE_OP, backward_ranks, bridge_for
@@ -65,11 +65,23 @@ class GenConfig:
     # took three quarters of all binning time and made the slowest tenth of graphs slow.
     # A bin whose check reaches the cap is left out, as a conflicting one is.
     bin_check_rlimit: int = 20_000
+    # All binning checks of a graph together: in graphs whose constraints hold many products
+    # of symbolic dims (convolutions, SpaceToDepth, element caps) most groups of bins reach
+    # the cap above, and halving checks them again and again (up to ~70 checks, a second of
+    # Z3); the 9% of graphs over this budget used a third of all binning work. Bins not yet
+    # checked when it is spent stay unkept.
+    bin_work_budget: int = 100_000
+    # Per insertion check: the 0.6% of insertion checks above it (a set of such products
+    # pushed over by one more op; up to 1.6M units, half a second) used over half of all
+    # insertion work. An op whose check reaches it is rejected as a conflicting one is.
+    insert_check_rlimit: int = 100_000
     # After a fixed-rank op (Conv2d, pools, PixelShuffle) found no value of its rank, insert
     # a Reshape to that rank and the op after it, with this probability (`gen.reach`).
-    # It brings every such op above a third of its fair share, but Z3 then spends about
-    # 4x the work per graph (reshaped dims under a convolution's products): off by default.
-    bridge_prob: float = 0.0
+    # The Reshape only merges dims or adds unit dims (`Reshape.linear`), so Z3 gets no
+    # product equation from it. At 0.3 (500 seeds, 10 nodes) the ops below a third of
+    # their fair share go from 10 to 3 (BitShift and Addmm: few dtypes; MaxPool1d just
+    # under) for 18% more Z3 work; at 1.0 Reshape takes ten times its fair share.
+    bridge_prob: float = 0.3
     timeout_ms: int = 60_000
     max_tries_per_node: int = 30
     # Graphs the range analysis proves to have no NaN/Inf-free values (Log of a
@@ -97,6 +109,10 @@ class GenConfig:
             raise ValueError("max_elems must be at least 1")
         if self.bin_check_rlimit < 1:
             raise ValueError("bin_check_rlimit must be at least 1")
+        if self.bin_work_budget < 1:
+            raise ValueError("bin_work_budget must be at least 1")
+        if self.insert_check_rlimit < 1:
+            raise ValueError("insert_check_rlimit must be at least 1")
         if self.feasible_attempts < 0:
             raise ValueError("feasible_attempts must be at least 0")
         if not self.opsets or any(not MIN_OPSET <= o <= MAX_OPSET for o in self.opsets):
@@ -260,7 +276,7 @@ class _Builder:
         for t, v in zip(ins, picked):
             if v is None:
                 cons += self.well_sized(t)
-        if not self.solver.try_add(cons):
+        if not self.solver.try_add(cons, self.cfg.insert_check_rlimit):
             return False
         node_inputs = []
         for t, v in zip(ins, picked):
@@ -300,7 +316,7 @@ class _Builder:
         cons += [a == b for a, b in zip(out.shape, tt.shape)]
         for t in ins + op.inner_tensors(ins):
             cons += self.well_sized(t)
-        if not self.solver.try_add(cons):
+        if not self.solver.try_add(cons, self.cfg.insert_check_rlimit):
             return False
         in_ids = []
         for i, t in enumerate(ins):
@@ -332,35 +348,16 @@ class _Builder:
                 if isinstance(sym, z3.ExprRef):
                     add(f"placeholder#{v}", f"dim{d}", sym, AttrKind.SIZE)
 
-        # Algorithm 2 drops a random half of the bins until the rest fits. We
-        # split instead of discarding: each half is tried on its own, recursively,
-        # so one conflicting bin costs only itself (a few more checks, far more
-        # bins kept on graphs whose tensors share dims).
+        # Algorithm 2 drops a random half of the bins until the rest fits; `BinFitter`
+        # drops only what conflicts, in a drawn order.
         for b, _ in items:
             b.kept = False  # set again for each group the solver accepts
         order = draw.permutation("bin.order", len(items))
         try:
-            self._add_bins([items[i] for i in order])
+            BinFitter(self.solver, cfg.bin_check_rlimit, cfg.bin_work_budget).fit([items[i] for i in order])
         except SolverTimeout:
             pass  # bins not reached within the budget stay unkept
         record.bins.extend(b for b, _ in items)
-
-    def _add_bins(self, items: list[tuple[BinChoice, z3.BoolRef]], known_unsat: bool = False) -> bool:
-        """Keep what fits of `items`, halving on conflict; True when all were kept.
-
-        `known_unsat`: the group these were split from failed and its other half was
-        kept whole, so checking these now would ask the same question again (and get
-        the same no, unsat or over the cap): they are split without a check.
-        """
-        if not known_unsat and self.solver.try_add([c for _, c in items], self.cfg.bin_check_rlimit):
-            for b, _ in items:
-                b.kept = True
-            return True
-        if len(items) > 1:
-            half = len(items) // 2
-            whole = self._add_bins(items[:half])
-            self._add_bins(items[half:], known_unsat=whole)
-        return False
 
     # -- concretization -------------------------------------------------------------
     def bounded_model(self) -> z3.ModelRef:
@@ -524,6 +521,7 @@ def _generate(
             try:
                 if bridge is not None:
                     op.out_rank = bridge[2]  # Reshape takes it as its output rank
+                    op.linear = True  # unit dims and merges only: no product equation for Z3
                     ok = b.forward(op, bridge[1])
                 else:
                     ok = b.forward(op) if forward else b.backward(op)

@@ -46,6 +46,9 @@ class BudgetSolver:
         self.checks = 0
         self.solve_s = 0.0
         self.used = 0  # Z3 work units spent by all checks so far
+        # After a `try_add` that Z3 answered unsat: the indices of `cons` in its unsat core
+        # (a subset that conflicts with what is committed); None after sat or unknown.
+        self.last_core: list[int] | None = None
 
     def remaining_ms(self) -> int:
         return int((self._deadline - time.monotonic()) * 1000)
@@ -74,13 +77,20 @@ class BudgetSolver:
         """Add `cons` if the whole set stays satisfiable; unknown counts as no.
 
         `rlimit` caps this one check below the solver's own per-check limit."""
-        cons = [c for c in cons if not (isinstance(c, bool) and c)]
-        if any(isinstance(c, bool) and not c for c in cons):
-            return False
-        if self._check(cons, rlimit) == z3.sat:
+        self.last_core = None
+        for i, c in enumerate(cons):
+            if isinstance(c, bool) and not c:
+                self.last_core = [i]
+                return False
+        terms = [(i, c) for i, c in enumerate(cons) if not isinstance(c, bool)]
+        result = self._check([c for _, c in terms], rlimit)
+        if result == z3.sat:
             self._model = self._solver.model()
-            self._solver.add(*cons)
+            self._solver.add(*(c for _, c in terms))
             return True
+        if result == z3.unsat:
+            core = {c.get_id() for c in self._solver.unsat_core()}
+            self.last_core = [i for i, c in terms if c.get_id() in core]
         return False
 
     def model(self) -> z3.ModelRef:

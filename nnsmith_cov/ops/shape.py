@@ -35,11 +35,17 @@ class Reshape(RankChanging):
     unrestricted reshape; more groups give Z3 small products instead of one
     product equation over up to ten unknowns, which it often cannot decide
     within the budget. A side of rank 0 maps to all 1s on the other side.
+
+    `linear` (set before `setup`: the generator's rank bridges) makes as many groups as
+    the smaller rank has dims, and a group of several output dims the input dim among
+    unit dims: no unknowns and no product equation, so a bridge adds no work for Z3
+    beyond the products of merged dims.
     """
 
     elements = Elements.ALL
     monotone = Monotone.MOVES
     sigs = same(ALL)
+    linear = False
 
     def in_ranks_for(self, draw: ChoiceSource, out_rank: int) -> list[int]:
         return [draw.integer("reshape.in_rank", 0, MAX_RANK)]
@@ -54,16 +60,18 @@ class Reshape(RankChanging):
         n = ins[0][1]
         m = draw.integer("reshape.rank", 0, MAX_RANK) if self.out_rank is None else self.out_rank
         if n and m:
-            g = draw.integer("reshape.groups", 1, min(n, m))
+            g = min(n, m) if self.linear else draw.integer("reshape.groups", 1, min(n, m))
             groups = [
                 list(p)
                 for p in zip(self._cut(draw, "reshape.in_cuts", n, g), self._cut(draw, "reshape.out_cuts", m, g))
             ]
         else:
             groups = []
+        # Linear: where the input dim goes among each group's output dims (the rest are 1).
+        units = [draw.integer("reshape.unit_at", 0, b - 1) if b > 1 else 0 for _, b in groups] if self.linear else None
         pos = 0
         for _, b in groups:
-            if b > 1:
+            if b > 1 and units is None:
                 for i in range(pos, pos + b):
                     self.new_attr(f"s{i}")
             pos += b
@@ -71,6 +79,8 @@ class Reshape(RankChanging):
         # that dim, and shape-dependent lowerings after it (Squeeze) become Ifs.
         infer = m and n and draw.coin("reshape.neg1", 0.3)
         self.params.update(rank=m, groups=groups, infer=draw.integer("reshape.infer", 0, m - 1) if infer else None)
+        if units is not None:  # (only bridges carry it: other Reshapes' attributes stay as they were)
+            self.params["units"] = units
 
     def _plan(self, x: AbsTensor) -> tuple[list[Dim], list[z3.BoolRef]]:
         """(output shape, constraints)."""
@@ -79,10 +89,13 @@ class Reshape(RankChanging):
         shape: list[Dim] = []
         cons = []
         i = 0
-        for a, b in self.params["groups"]:
+        units = self.params.get("units")
+        for j, (a, b) in enumerate(self.params["groups"]):
             prod = nelement(x.shape[i : i + a])
             if b == 1:
                 shape.append(prod)
+            elif units is not None:
+                shape += [prod if k == units[j] else 1 for k in range(b)]
             else:
                 outs = [self.sym[f"s{k}"] for k in range(len(shape), len(shape) + b)]
                 cons.append(_eq(prod, nelement(outs)))
