@@ -15,6 +15,9 @@ Modes: `on` (feedback with mutation of kept tests), `off` (plain NNSmith: opset 
 shapes, no IR text round trip), `off-var` (feedback off drawing the export choices the
 scheduler has arms for uniformly: opsets 11-20, symbolic dims and the round trip each in half
 the graphs, never mutating), `on-nomut` (feedback, kept tests only grown at the end).
+off-var still keeps the configured graph size while `on` has a size arm: `fuzz` has no flag yet
+for `Scheduler(vary=True)`, which draws the size uniformly from the arm's sizes (on the fake
+chain, scripts/bench_chain.py, that alone took off-var from 1 to 9 of 12 seeds).
 
     python scripts/bench_feedback.py --modes on,off-var,on-nomut --seeds 1,2 --jobs 6 --time 30m
     python scripts/bench_feedback.py --backends ort --collector binary --seeds 1,2 --jobs 6

@@ -16,6 +16,7 @@ from nnsmith_cov.feedback.arms import ArmGroup, Label, Prior
 from nnsmith_cov.feedback.mutate import ARMS, GROW
 from nnsmith_cov.feedback.params import BanditParams, Proposal, is_number
 from nnsmith_cov.feedback.reward import RecentRanks, novelty_score
+from nnsmith_cov.feedback.rng_json import rng_from_json, rng_to_json
 from nnsmith_cov.gen.generator import GenConfig, GenRecord
 from nnsmith_cov.gen.graph_ir import DEFAULT_OPSET
 
@@ -26,7 +27,7 @@ from nnsmith_cov.gen.graph_ir import DEFAULT_OPSET
 #               "feedback": true, "params": {"discount": 0.997, "prior_tests": 4.0,
 #               "lift_cap": 32.0, "floor": 0.2, "size_factors": [0.5, 1.0, 1.5, 2.0], "window": 256},
 #               "opsets": [13, 17, 20], "dynamic": true, "roundtrip": true, "mutation": true,
-#               "forms": {"conv.form": ["bias", "add"]}},
+#               "forms": {"conv.form": ["bias", "add"]}, "vary": false},
 #    "steps": 120, "rate": {"hits": 3.7, "tests": 101.4, "seconds": 180.2, "timed": 99.0},
 #    "groups": {"op": {"hit_in": [...], "miss_in": [...], "hit_out": [...], "miss_out": [...]},
 #               "direction": {...}, "bin.size": {...}, "bin.pad": {...}, "bin.signed": {...},
@@ -38,8 +39,9 @@ from nnsmith_cov.gen.graph_ir import DEFAULT_OPSET
 # the export arms) reads as opsets [20], dynamic false, the two groups without evidence; schema 2
 # (before the round-trip arm) as roundtrip false, that group without evidence; schema 3 (before
 # mutation and the ranked reward) as mutation false, the mutation group without evidence, no
-# recent scores and the default window; schema 4 (before the export-form arms) as no forms.
-STATE_SCHEMA = 5
+# recent scores and the default window; schema 4 (before the export-form arms) as no forms;
+# schema 5 (before off-var drew its sizes) as vary false.
+STATE_SCHEMA = 6
 
 BIN_KINDS = (AttrKind.SIZE, AttrKind.PAD, AttrKind.SIGNED)
 DIRECTIONS = ("forward", "backward")
@@ -53,6 +55,7 @@ _NEW_GROUPS = {
     3: {"mutation", "form"},
     4: {"form"},
     5: set(),
+    6: set(),
 }
 _NEW_CONFIG = {
     1: {"opsets": [DEFAULT_OPSET], "dynamic": False, "roundtrip": False, "mutation": False, "forms": {}},
@@ -60,7 +63,10 @@ _NEW_CONFIG = {
     3: {"mutation": False, "forms": {}},
     4: {"forms": {}},
     5: {},
+    6: {},
 }
+for _old in range(1, 6):
+    _NEW_CONFIG[_old] = _NEW_CONFIG[_old] | {"vary": False}
 _SUMMARY_SAMPLES = 256
 MAX_PRIOR_RATE = 0.9
 COST_CAP = 4.0  # a test counts as at most this many average tests (and at least its inverse)
@@ -148,6 +154,13 @@ class Scheduler:
     largest graphs, compile-heavy ops) must pay for the tests it displaces, as
     AFL favours fast inputs. Timings make a campaign's proposals depend on the
     machine; the tests themselves still replay exactly from their records.
+    This is already the reward per second that AFL++'s and Entropic's schedules
+    weigh, so no second cost term is added: an arm three times slower that is
+    eight times likelier to pay still gains share (3.3-3.7x uniform in the
+    simulator, 5.4-5.7x untimed), and one that only makes tests slow loses it.
+    That `on` runs fewer tests than off-var is then not the reward's doing;
+    the likely cause is a seeded graph's size, which no arm is charged for (a
+    grown graph is its parent's ops plus half the proposal's size).
 
     Parameters (`BanditParams`) and why:
 
@@ -198,7 +211,22 @@ class Scheduler:
     (None), forward_prob 0.5, the configured node count, never seeded, the base
     config's opsets, dynamic and round-trip shares; it draws nothing and ignores
     observations, so the same generator seeds give the same graphs as the
-    unguided loop.
+    unguided loop. With `vary` too (the off-var ablation: the same choice space
+    drawn at random) the size is drawn uniformly from the sizes the ``nodes``
+    arm chooses among, the one draw it makes. Without it off-var was not the
+    choice space at random: on the fake chain (tests/test_feedback_loop.py)
+    sizes alone took off-var from 1 to 9 of 12 seeds, more than `on` (7).
+
+    Levers tried on that fake and left out (scripts/bench_chain.py has the
+    per-seed tables): a seeded-share floor rising with the corpus, rare-path
+    energy (per branch 1/entries squared, with or without a cap on one entry's
+    share; 1/tests reaching it), more patience with fruitless children,
+    charging the size arm for fresh and grown tests only. None gained beyond
+    what reshuffling the same draws moves (4-7 of 12 seeds against 7), and the
+    fake says why: a child of the entry holding the deepest chain extends it in
+    2-6 % of tries, a fresh graph of any size reaches depth 3 in 3 %, so more
+    picks of the frontier cannot pull ahead. The ``seeded`` arm stays a learned
+    Thompson choice: it already gives seeding the share its rate earns.
 
     All its randomness comes from one numpy PCG64 generator seeded with `seed`
     and carried in `state()`: a campaign's proposals replay exactly, and
@@ -218,6 +246,7 @@ class Scheduler:
         roundtrip: bool = False,
         mutation: bool = False,
         forms: Mapping[str, Sequence[str]] | None = None,
+        vary: bool = False,
     ) -> None:
         if nodes < 1:
             raise ValueError("nodes must be at least 1")
@@ -236,6 +265,7 @@ class Scheduler:
         self.dynamic = dynamic
         self.roundtrip = roundtrip
         self.mutation = mutation
+        self.vary = vary  # without feedback: the size drawn uniformly among `sizes` (off-var)
         # the ops' export-form draws (`abstract.op.export_forms`): label -> option names
         self.forms = {str(k): tuple(str(o) for o in v) for k, v in (forms or {}).items()}
         self.groups: dict[str, ArmGroup] = {
@@ -273,7 +303,8 @@ class Scheduler:
     def propose(self) -> Proposal:
         """The knobs for the next test (draws from the scheduler's generator in a fixed order)."""
         if not self.feedback:
-            return Proposal(None, 0.5, None, self.nodes, False)
+            nodes = self.sizes[int(self._rng.integers(len(self.sizes)))] if self.vary else self.nodes
+            return Proposal(None, 0.5, None, nodes, False)
         return self._propose(self._rng)
 
     def _propose(self, rng: np.random.Generator) -> Proposal:
@@ -408,13 +439,14 @@ class Scheduler:
                 "roundtrip": self.roundtrip,
                 "mutation": self.mutation,
                 "forms": {k: list(v) for k, v in self.forms.items()},
+                "vary": self.vary,
             },
             "steps": self.steps,
             "rate": {"hits": self._hits, "tests": self._tests, "seconds": self._seconds, "timed": self._timed},
             "groups": {name: g.to_json() for name, g in self.groups.items()},
             "recent": [] if self.ranks is None else [float(x) for x in self.ranks.recent],
             "children": {k: list(v) for k, v in self.children.items()},
-            "rng": _rng_to_json(self._rng),
+            "rng": rng_to_json(self._rng),
         }
 
     @classmethod
@@ -430,15 +462,17 @@ class Scheduler:
             raise ValueError("scheduler state: unexpected fields")
         cfg = state["config"]
         keys = {"op_names", "nodes", "bins_k", "seed", "feedback", "params", "opsets", "dynamic", "roundtrip"}
-        keys |= {"mutation", "forms"}
-        if not isinstance(cfg, dict) or set(cfg) != keys - set(_NEW_CONFIG[schema]):
+        keys |= {"mutation", "forms", "vary"}
+        # `vary` may be absent before schema 6 (states converted by hand may keep it: harmless)
+        loose = {"vary"} if schema < STATE_SCHEMA else set()
+        if not isinstance(cfg, dict) or set(cfg) - loose != keys - set(_NEW_CONFIG[schema]) - loose:
             raise ValueError("scheduler state: bad config")
         cfg = _NEW_CONFIG[schema] | cfg
         opsets = cfg["opsets"]
         if not isinstance(opsets, list) or not opsets or not all(isinstance(o, int) for o in opsets):
             raise ValueError("scheduler state: opsets must be a non-empty list of integers")
-        if not all(isinstance(cfg[k], bool) for k in ("dynamic", "roundtrip", "mutation")):
-            raise ValueError("scheduler state: dynamic, roundtrip and mutation must be bools")
+        if not all(isinstance(cfg[k], bool) for k in ("dynamic", "roundtrip", "mutation", "vary")):
+            raise ValueError("scheduler state: dynamic, roundtrip, mutation and vary must be bools")
         names = cfg["op_names"]
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise ValueError("scheduler state: op_names must be a list of strings")
@@ -453,7 +487,7 @@ class Scheduler:
         ):
             raise ValueError("scheduler state: forms must map draw labels to lists of option names")
         arms = {"opsets": opsets, "dynamic": cfg["dynamic"], "roundtrip": cfg["roundtrip"], "mutation": cfg["mutation"]}
-        arms |= {"forms": forms}
+        arms |= {"forms": forms, "vary": cfg["vary"]}
         s = cls(names, cfg["nodes"], cfg["bins_k"], cfg["seed"], cfg["feedback"], params, **arms)
         steps, rate, groups = state["steps"], state["rate"], state["groups"]
         if not isinstance(steps, int) or steps < 0:
@@ -481,7 +515,7 @@ class Scheduler:
             if not (isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) and 0 <= x for x in v)):
                 raise ValueError("scheduler state: children counts must be two non-negative integers")
             s.children[k] = list(v)
-        _rng_from_json(s._rng, state["rng"])
+        rng_from_json(s._rng, state["rng"])
         return s
 
     def summary(self, top: int = 5) -> dict[str, Any]:
@@ -509,7 +543,7 @@ class Scheduler:
                 )
             order = sorted(range(len(g)), key=lambda i: (-probs[i], i))[:top]
             out[name] = [[g.labels[i], round(float(probs[i]), 4)] for i in order]
-        if not self.feedback:
+        if not self.feedback and not self.vary:
             out["nodes"] = [[self.nodes, 1.0]]  # the configured size, arm or not
         return out
 
@@ -555,28 +589,3 @@ def _shares(group: ArmGroup, labels: Sequence[Label]) -> np.ndarray | None:
     if not idx:
         return None
     return np.bincount(idx, minlength=len(group)) / len(idx)
-
-
-def _rng_to_json(rng: np.random.Generator) -> dict[str, Any]:
-    st = rng.bit_generator.state
-    return {
-        "bit_generator": st["bit_generator"],
-        "state": hex(st["state"]["state"]),
-        "inc": hex(st["state"]["inc"]),
-        "has_uint32": int(st["has_uint32"]),
-        "uinteger": int(st["uinteger"]),
-    }
-
-
-def _rng_from_json(rng: np.random.Generator, obj: Any) -> None:
-    if not isinstance(obj, dict) or obj.get("bit_generator") != "PCG64":
-        raise ValueError("scheduler state: expected a PCG64 generator state")
-    try:
-        rng.bit_generator.state = {
-            "bit_generator": "PCG64",
-            "state": {"state": int(obj["state"], 16), "inc": int(obj["inc"], 16)},
-            "has_uint32": int(obj["has_uint32"]),
-            "uinteger": int(obj["uinteger"]),
-        }
-    except (KeyError, TypeError, ValueError) as e:
-        raise ValueError(f"scheduler state: bad generator state ({e})") from None
