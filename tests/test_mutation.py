@@ -186,6 +186,25 @@ def test_energy_halves_with_fruitless_children_and_comes_back_with_a_gain():
     assert pool.donor(np.random.default_rng(0), pool.seeds[0]).test_id == 1
 
 
+def test_an_entry_remembers_only_its_rarest_branches():
+    """Memory per entry stays bounded whatever the collector reaches (a binary collector: tens
+    of thousands of blocks a test), and what it keeps is what makes it rare."""
+    from nnsmith_cov.corpus.seeds import RARE_KEPT
+
+    pool = SeedPool(10_000)
+    common = np.arange(3000, dtype=np.uint32)
+    for i in range(3):
+        pool.add(Seed(i, [("op", 0)], 1), Hits(common, np.ones(len(common), np.uint32)))
+    owner = np.concatenate([common, [9000, 9001]]).astype(np.uint32)  # alone on 9000 and 9001
+    pool.add(Seed(3, [("op", 0)], 1), Hits(owner, np.ones(len(owner), np.uint32)))
+    assert all(len(h) <= RARE_KEPT for h in pool.hits)
+    assert {9000, 9001} <= set(pool.hits[3].tolist())
+    rarity = pool.rarity()
+    assert rarity[3] == pytest.approx(2 + (RARE_KEPT - 2) / 4)  # its two own, the rest shared by 4
+    assert rarity[0] == pytest.approx(RARE_KEPT / 4)  # the first entries' branches became common
+    assert [pool.pick(np.random.default_rng(s)).test_id for s in range(400)].count(3) > 100
+
+
 # -- a small campaign --------------------------------------------------------------------------
 CHAIN_OPS = ["Tanh", "Sin", "Neg", "Abs", "Relu", "Cos"]
 N = len(CHAIN_OPS)

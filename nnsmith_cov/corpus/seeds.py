@@ -7,6 +7,11 @@ weighs 0.01 (libFuzzer's Entropic idea, without its per-feature frequency decay)
 children in a row that brought nothing new, as AFLFast lowers the energy of inputs whose
 mutants keep taking well-trodden paths: an entry whose neighbourhood is exhausted gives way,
 and one child with new coverage restores it. Energy never reaches 0, so no entry is lost.
+An entry remembers at most RARE_KEPT of its branches, those the fewest entries had reached when
+it was added (libFuzzer's Entropic likewise keeps only an input's rare features): a binary
+collector reaches tens of thousands of blocks per test, and keeping them all would grow the
+campaign's memory by a hundred KB per entry and its picks' cost with the corpus. Its rarity is
+then the sum over those; they fade as other entries reach them, as the full sum would.
 Growing replays the entry's insertion draws as a prefix with more nodes
 (`GenRecord.insert_draws`); mutating edits all of its draws (`nnsmith_cov.feedback.mutate`).
 """
@@ -22,6 +27,7 @@ from nnsmith_cov.coverage.covmap import Hits
 
 FRUITLESS_HALF = 8.0  # children without gain that halve an entry's energy
 RARE_ENTRIES = 2  # a branch reached by at most this many entries is rare (see `SeedPool.rare`)
+RARE_KEPT = 512  # branches an entry remembers for its rarity (2 KB): its rarest when added
 
 
 @dataclass(frozen=True)
@@ -56,7 +62,8 @@ class SeedPool:
     def __init__(self, size: int) -> None:
         self.freq = np.zeros(size, dtype=np.uint32)  # corpus entries reaching each branch
         self.seeds: list[Seed] = []
-        self.hits: list[np.ndarray] = []
+        self.hits: list[np.ndarray] = []  # per entry, the branches its rarity sums over (RARE_KEPT at most)
+        self._flat: tuple[np.ndarray, np.ndarray] | None = None  # all of them end to end, and each entry's start
         self.fruitless: list[int] = []  # children since the entry's last child with new coverage
         self.children: list[int] = []  # children in all
         self._where: dict[int, int] = {}  # test id -> position
@@ -69,10 +76,14 @@ class SeedPool:
             return  # an entry without recorded insertion draws cannot be regrown
         self._where[seed.test_id] = len(self.seeds)
         self.seeds.append(seed)
-        self.hits.append(hits.index.astype(np.int64))
+        self.freq[hits.index] += 1
+        kept = hits.index
+        if len(kept) > RARE_KEPT:  # the rarest, ties by branch: the same pool on every run
+            kept = kept[np.argsort(self.freq[kept], kind="stable")[:RARE_KEPT]]
+        self.hits.append(np.sort(kept).astype(np.uint32))
+        self._flat = None
         self.fruitless.append(0)
         self.children.append(0)
-        self.freq[hits.index] += 1
         if seed.parent is not None:  # a kept child: its parent's neighbourhood still pays
             k = self._where.get(seed.parent)
             if k is not None:
@@ -83,10 +94,14 @@ class SeedPool:
         return None if k is None else self.seeds[k]
 
     def rarity(self) -> np.ndarray:
-        inverse = np.zeros(len(self.freq))
-        reached = self.freq > 0
-        inverse[reached] = 1.0 / self.freq[reached]
-        return np.array([inverse[h].sum() for h in self.hits])
+        if not self.hits:
+            return np.zeros(0)
+        if self._flat is None:
+            sizes = np.array([len(h) for h in self.hits])
+            self._flat = (np.concatenate(self.hits), np.concatenate([[0], np.cumsum(sizes)[:-1]]))
+        flat, starts = self._flat
+        inverse = 1.0 / np.maximum(self.freq[flat], 1)  # every kept branch was reached: freq >= 1
+        return np.add.reduceat(inverse, starts)
 
     def energy(self) -> np.ndarray:
         return self.rarity() * np.exp2(-np.asarray(self.fruitless, dtype=float) / FRUITLESS_HALF)
