@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 from campaign_helpers import f32_only
+from worker_faults import FAULT_ENV
 
 from nnsmith_cov.campaign import fuzz_loop, ledger
 from nnsmith_cov.campaign.fuzz_loop import FuzzConfig, Fuzzer
@@ -52,6 +53,13 @@ def _lines(path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
+class _Counted:
+    """Faults injected where this process cannot count them (a worker): how many were planned."""
+
+    def __init__(self, raised: int) -> None:
+        self.raised = raised
+
+
 class _EveryThird:
     """Wraps a callable to raise RuntimeError on every third call."""
 
@@ -71,20 +79,21 @@ def test_a_fault_in_any_stage_is_an_internal_error_and_the_campaign_runs_its_bud
     if stage == "propose":
         fault = _EveryThird(Scheduler.propose)
         monkeypatch.setattr(Scheduler, "propose", lambda self, *a, **k: fault(self, *a, **k))
-    elif stage == "generate":
-        fault = _EveryThird(fuzz_loop.generate_with)
-        monkeypatch.setattr(fuzz_loop, "generate_with", fault)
+    elif stage == "generate":  # in the worker, where graphs are made: its every third of the 9
+        monkeypatch.setenv(FAULT_ENV, "every3")
+        fault = _Counted(3)
     elif stage == "worker":  # the worker's own code failed (search, export): it reports a fault
-        fault = _EveryThird(fuzz_loop.run_test, lambda m: WorkerFault(f"RuntimeError: {m}\nTraceback: ..."))
-        monkeypatch.setattr(fuzz_loop, "run_test", fault)
+        fault = _EveryThird(fuzz_loop.run_prepared, lambda m: WorkerFault(f"RuntimeError: {m}\nTraceback: ..."))
+        monkeypatch.setattr(fuzz_loop, "run_prepared", fault)
     elif stage == "test":  # the oracle and the rest of the test in this process
-        fault = _EveryThird(fuzz_loop.run_test)
-        monkeypatch.setattr(fuzz_loop, "run_test", fault)
+        fault = _EveryThird(fuzz_loop.run_prepared)
+        monkeypatch.setattr(fuzz_loop, "run_prepared", fault)
     else:
         fault = _EveryThird(Scheduler.observe)
         monkeypatch.setattr(Scheduler, "observe", lambda self, *a, **k: fault(self, *a, **k))
     # feedback off for generation: seeded tests grow their parent through `generate` instead
-    fuzzer = _fuzzer(tmp_path / "c", tests=9, feedback=stage != "generate")
+    backend = "worker_faults:SigmoidPays" if stage == "generate" else "fake_coverage:SigmoidPays"
+    fuzzer = _fuzzer(tmp_path / "c", tests=9, backend=backend, feedback=stage != "generate")
     _drive(fuzzer)
     st = fuzzer.stats
     assert st.tests == 9 and fault.raised >= 2
@@ -101,18 +110,16 @@ def test_a_fault_in_any_stage_is_an_internal_error_and_the_campaign_runs_its_bud
         assert store.check() == []
         assert store.counters().tests_run == 9  # every test committed, internal ones too
     monkeypatch.undo()
-    again = _fuzzer(tmp_path / "c", tests=12)
+    again = _fuzzer(tmp_path / "c", tests=12, backend=backend)
     assert _drive(again, resume=True) == []  # nothing to repair
     assert again.stats.tests == 12 and again.stats.internal_errors == fault.raised  # counted, not lost
 
 
 def test_a_fault_on_every_call_trips_the_breaker_with_one_line_and_loses_nothing(tmp_path, monkeypatch, capsys):
-    def broken(*args, **kwargs):
-        raise RuntimeError("the generator is broken")
-
-    monkeypatch.setattr(fuzz_loop, "generate_with", broken)
+    monkeypatch.setenv(FAULT_ENV, "always")  # the workers' generator raises (tests/worker_faults.py)
     folder = tmp_path / "c"
-    argv = ["fuzz", "-o", str(folder), "--backends", "ort", "--collector", "none", "--no-support", "--tests", "50"]
+    argv = ["fuzz", "-o", str(folder), "--backends", "worker_faults:Ort", "--collector", "none", "--no-support"]
+    argv += ["--tests", "50"]
     assert main([*argv, "--nodes", "3", "--ops", *OPS]) == 3
     err = capsys.readouterr().err
     assert "Traceback" not in err
@@ -154,8 +161,9 @@ def test_an_internal_generation_error_replays_alone(tmp_path, monkeypatch, capsy
             raise ZeroDivisionError("injected")
         return real(cfg, seed, *args, **kwargs)
 
-    monkeypatch.setattr(generator, "_generate", flaky)
-    _drive(_fuzzer(tmp_path / "c", tests=3))
+    monkeypatch.setattr(generator, "_generate", flaky)  # for the repro, in this process
+    monkeypatch.setenv(FAULT_ENV, f"seed:{bad_seed}")  # for the campaign's worker
+    _drive(_fuzzer(tmp_path / "c", tests=3, backend="worker_faults:SigmoidPays"))
     (line,) = _lines(tmp_path / "c" / "internal.jsonl")
     assert line["seed"] == bad_seed and line["test"] == 1
     assert line["signature"] == "internal/generate: ZeroDivisionError at gen/generator.py:generate"

@@ -142,7 +142,7 @@ class WorkerHost:
     def call(self, request: bytes, timeout_s: float) -> bytes:
         def serve() -> dict[str, Any]:
             reply = self.handle.call(unpack_msgpack(request, "request"), timeout_s)
-            fields = ("msg", "stage", "died", "hung", "log", "elapsed_ms")
+            fields = ("msg", "stage", "died", "hung", "log", "elapsed_ms", "generated")
             return {"reply": {k: getattr(reply, k) for k in fields}}
 
         return self._guarded(serve)
@@ -159,7 +159,8 @@ class WorkerHost:
             out = {"fault": str(e)}
         except WorkerStartError as e:
             out = {"start_error": str(e)}
-        return msgpack.packb(out | {"deaths": self.handle.deaths}, use_bin_type=True)
+        counts = {"deaths": self.handle.deaths, "recycles": self.handle.recycles}
+        return msgpack.packb(out | counts, use_bin_type=True)
 
 
 _actor_class: Any = None
@@ -209,10 +210,15 @@ class RayWorkerHandle:
         self.actor_deaths = 0  # actors lost (killed, node gone, unresponsive); Ray made new ones
         self._hosted_deaths = 0  # worker deaths the current actor reported
         self._banked_deaths = 0  # ... and those of the actors before it
+        self._hosted_recycles = self._banked_recycles = 0  # recycled worker processes, alike
 
     @property
     def deaths(self) -> int:
         return self._banked_deaths + self._hosted_deaths + self.actor_deaths
+
+    @property
+    def recycles(self) -> int:
+        return self._banked_recycles + self._hosted_recycles
 
     def actor_pid(self) -> int:
         """The process id of the actor (tests kill it)."""
@@ -277,6 +283,7 @@ class RayWorkerHandle:
             return data
         out = unpack_msgpack(data, "actor reply")
         self._hosted_deaths = out.pop("deaths", 0)
+        self._hosted_recycles = out.pop("recycles", 0)
         if "fault" in out:
             raise WorkerFault(out["fault"])
         if "start_error" in out:
@@ -291,7 +298,8 @@ class RayWorkerHandle:
         self.actor = None
         self.actor_deaths += 1
         self._banked_deaths += self._hosted_deaths
-        self._hosted_deaths = 0
+        self._banked_recycles += self._hosted_recycles
+        self._hosted_deaths = self._hosted_recycles = 0
 
 
 def _first_line(e: BaseException) -> str:

@@ -8,22 +8,21 @@ import hashlib
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from nnsmith_cov import __version__
-from nnsmith_cov.abstract.choice import ReplayDivergence
 from nnsmith_cov.abstract.op import export_forms
-from nnsmith_cov.baselines import generate_with
 from nnsmith_cov.campaign.fuzz_config import FuzzConfig
 from nnsmith_cov.campaign.internal import Breaker, BreakerTripped, InternalError, gen_config_json
 from nnsmith_cov.campaign.ledger import Event, Finished, Ledger
+from nnsmith_cov.campaign.proposal import FRESH, call_json, config_json
 from nnsmith_cov.campaign.run_dir import RUN_SCHEMA, RunDir
 from nnsmith_cov.campaign.run_stats import RunStats
-from nnsmith_cov.campaign.testcase import CaseResult, run_test
+from nnsmith_cov.campaign.testcase import CaseResult, Proposed, prepare, propose, run_prepared
 from nnsmith_cov.campaign.unsupported import SupportLearner
 from nnsmith_cov.campaign.worker_handle import WorkerFault, WorkerHandle, WorkerStartError
 from nnsmith_cov.corpus.records import CorpusError
@@ -33,7 +32,7 @@ from nnsmith_cov.coverage.covmap import Hits, Novelty, VirginMap
 from nnsmith_cov.coverage.universe import Universe
 from nnsmith_cov.feedback import mutate
 from nnsmith_cov.feedback.scheduler import Proposal, Scheduler
-from nnsmith_cov.gen.generator import GenConfig, Generated, GenerationError, GenRecord
+from nnsmith_cov.gen.generator import GenConfig, Generated, GenRecord
 from nnsmith_cov.gen.graph_ir import GraphIR
 
 GROW_LIMIT = 4  # a grown graph stays within this many times the configured size
@@ -194,14 +193,22 @@ class Fuzzer:
                         test.parent = self.seeds.pick(rng, attempt=True)
             t0 = time.perf_counter()  # the test's cost, for the scheduler
             test.stage = "generate"
-            gen = self._generate(test) if probe is None else _probe_test(probe, test.seed)
-            if gen is None:
-                return None
-            test.graph = gen.graph
-            test.stage = "test"  # the oracle runs here; the worker's own errors come back as WorkerFault
+            settings, known = self.cfg.settings, self.stats.signatures.__contains__
             try:
+                if probe is not None:
+                    gen: Generated | None = _probe_test(probe, test.seed)
+                    prep = lambda: prepare(worker, probe[1], test.seed, settings)
+                else:
+                    request = self._proposal(test)
+                    proposed = propose(worker, request, settings, self.cfg.gen.timeout_ms / 1e3)
+                    gen = self._generated(test, proposed)
+                    prep = lambda: (proposed.prepared, proposed.finding)
+                if gen is None:
+                    return None
+                test.graph = gen.graph
+                test.stage = "test"  # the oracle runs here; the worker's own errors come back as WorkerFault
                 # Read without the lock: a signature filed meanwhile only costs one more O0 run.
-                result = run_test(worker, gen.graph, test.seed, self.cfg.settings, self.stats.signatures.__contains__)
+                result = run_prepared(worker, settings, prep, known)  # type: ignore[arg-type]
                 if result.unsupported:
                     self._learn(worker, gen.graph, result)
             except WorkerFault as e:
@@ -212,6 +219,10 @@ class Fuzzer:
             with self.lock:
                 self._finish(test, gen, result, time.perf_counter() - t0)
             return result
+        except _GenerationFailed as e:  # our own code, in the worker's generation
+            with self.lock:
+                self._internal(test, e.error)
+            return None
         except BreakerTripped:
             raise
         except (CorpusError, OSError):  # the corpus or the disk: nothing a next test would fix
@@ -234,58 +245,67 @@ class Fuzzer:
                 self.cfg.gen = dataclasses.replace(self.cfg.gen, ops=ops)
             self.stats.learned.extend(r.text() for r in learned)
 
-    def _generate(self, test: _Test) -> Generated | None:
-        """The test's graph: grown from its parent when it has one, else fresh; None (a
-        counted generation failure, committed) when the generator gave up. `test` keeps the
-        config and prefix of the call in progress, for an internal error's record."""
+    def _proposal(self, test: _Test) -> dict[str, Any]:
+        """The request that has the worker make the test's graph (see `campaign.proposal`): the
+        parent mutated as the proposal says (`feedback.mutate`), else grown (rebuilt from its
+        insertion draws with more operators), else a fresh graph, each tried in turn there.
+        `test` keeps the calls, to know what the worker's answer stands for."""
+        assert test.proposal is not None
+        proposal, parent = test.proposal, test.parent
+        test.calls = []
+        if parent is not None:
+            assert self.seeds is not None
+            base = Scheduler.apply(proposal, self.cfg.gen)
+            donor = None
+            if proposal.mutation == "splice":
+                with self.lock:
+                    donor = self.seeds.donor(np.random.default_rng([self.cfg.seed, test.k, 1]), parent)
+            for kind in dict.fromkeys([proposal.mutation or mutate.GROW, mutate.GROW]):
+                call = mutate.prepare(kind, parent, base, test.seed, donor, GROW_LIMIT * self.cfg.gen.nodes)
+                if call is not None:
+                    test.calls.append((kind, call))
+        test.fresh = Scheduler.apply(dataclasses.replace(proposal, seeded=False, mutation=None), self.cfg.gen)
+        return {
+            "kind": "propose",
+            "test": test.k,
+            "seed": test.seed,
+            "generator": self.cfg.generator,
+            "calls": [call_json(call) for _, call in test.calls],
+            "fresh": config_json(test.fresh),
+            "search": self.cfg.settings.search,
+        }
+
+    def _generated(self, test: _Test, proposed: Proposed) -> Generated | None:
+        """The worker's graph, with `test` set to the call that made it (or raised); None (a
+        counted generation failure, committed) when the generator gave up. Raises the internal
+        error of a generation that failed in our own code."""
         assert test.proposal is not None and self.scheduler is not None
-        gen = self._grow(test) if test.parent is not None else None
-        if gen is None:
+        if proposed.index is not None and 0 <= proposed.index < len(test.calls):
+            kind, call = test.calls[proposed.index]
+            test.cfg, test.prefix, test.lenient = call.cfg, call.prefix, call.lenient
+            mutation = test.proposal.mutation
+            if proposed.gen is not None and mutation is not None and kind != mutation:  # grown instead
+                test.proposal = dataclasses.replace(test.proposal, mutation=mutate.GROW)
+        elif proposed.index == FRESH:
             test.parent, test.prefix = None, None
             test.proposal = dataclasses.replace(test.proposal, seeded=False, mutation=None)
-            test.cfg = Scheduler.apply(test.proposal, self.cfg.gen)
-            try:
-                gen = generate_with(self.cfg.generator, test.cfg, test.seed)
-            except GenerationError:
-                with self.lock:
-                    self.stats.gen_failed += 1
-                    self.scheduler.observe(test.proposal, GenRecord(test.seed), None)
-                    self.ledger.skip(test.k, self.scheduler.state(), last=self.done())
-                    self.breaker.note(None)
-                return None
-        return gen
-
-    def _grow(self, test: _Test) -> Generated | None:
-        """The parent mutated as the proposal says (`feedback.mutate`), else (no mutation, or
-        one that does not apply or fails) grown: rebuilt from its insertion draws with more
-        operators; None when neither gives a graph (the op set changed since, no room)."""
-        parent, proposal = test.parent, test.proposal
-        assert parent is not None and proposal is not None and self.seeds is not None
-        base = Scheduler.apply(proposal, self.cfg.gen)
-        donor = None
-        if proposal.mutation == "splice":
+            test.cfg = test.fresh
+        if proposed.error is not None:
+            raise _GenerationFailed(proposed.error)
+        if proposed.failed:
             with self.lock:
-                donor = self.seeds.donor(np.random.default_rng([self.cfg.seed, test.k, 1]), parent)
-        for kind in dict.fromkeys([proposal.mutation or mutate.GROW, mutate.GROW]):
-            call = mutate.prepare(kind, parent, base, test.seed, donor, GROW_LIMIT * self.cfg.gen.nodes)
-            if call is None:
-                continue
-            test.cfg, test.prefix, test.lenient = call.cfg, call.prefix, call.lenient
-            try:
-                gen = mutate.make(call, test.seed)
-            except (GenerationError, ReplayDivergence):
-                continue
-            if gen is not None:
-                if kind != proposal.mutation and proposal.mutation is not None:  # grown instead
-                    test.proposal = dataclasses.replace(proposal, mutation=mutate.GROW)
-                return gen
-        return None
+                self.stats.gen_failed += 1
+                self.scheduler.observe(test.proposal, GenRecord(test.seed), None)
+                self.ledger.skip(test.k, self.scheduler.state(), last=self.done())
+                self.breaker.note(None)
+            return None
+        return proposed.gen
 
     def _finish(self, test: _Test, gen: Generated, result: CaseResult, seconds: float) -> None:
         st, sched = self.stats, self.scheduler
         assert sched is not None
         st.restarts = sum(w.deaths for w in self.workers)
-        st.recycles = sum(getattr(w, "recycles", 0) for w in self.workers)  # local workers only
+        st.recycles = sum(getattr(w, "recycles", 0) for w in self.workers)
         st.stage_ms["generate"].append(gen.record.gen_ms)
         st.infeasible += len(gen.record.infeasible)
         st.op_tests.update(set(gen.record.ops))
@@ -304,6 +324,8 @@ class Fuzzer:
             rare = self.seeds.rare(result.hits) if self.seeds is not None and result.hits is not None else 0
             sched.observe(test.proposal, gen.record, novelty, seconds, rare=rare)
         p = result.prepared
+        if p is not None and (result.findings or (novelty is not None and novelty.interesting)):
+            p.load()  # kept: its values and model come over from the worker
         finished = Finished(
             test.k,
             gen.record.seed,
@@ -394,6 +416,16 @@ class _Test:
     lenient: bool = False  # ... leniently (a mutant's edited draws)
     graph: GraphIR | None = None
     folded: tuple[Hits, Novelty] | None = None  # its hits once in the map: they must be stored with it
+    calls: list[tuple[str, mutate.Call]] = field(default_factory=list)  # proposed to the worker, in turn
+    fresh: GenConfig | None = None  # ... and the fresh graph's config after them
+
+
+class _GenerationFailed(Exception):
+    """Generation in the worker raised in our own code: the test's internal error."""
+
+    def __init__(self, error: InternalError) -> None:
+        super().__init__(error.message)
+        self.error = error
 
 
 def _probe_test(probe: tuple[str, GraphIR], seed: int) -> Generated:

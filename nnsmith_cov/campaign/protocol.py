@@ -14,6 +14,18 @@ where a worker that dies or hangs was:
   {"kind": "prepare", "graph": <GraphIR JSON>, "seed": 7, "search": {"method": "gradient", ...}}
       -> {"kind": "prepared", "search": {"ok": true, ...}, "values": {"i0": <array>, "w1": ...},
           "oracle": {"o3": <array>} | null, "onnx": <bytes> | null, "error": <error> | null}
+  {"kind": "propose", "test": 17, "seed": 881, "generator": "nnsmith", "calls": [...], "fresh": {...},
+   "search": {...}}   (see `campaign.proposal`: the worker makes the test's graph itself)
+      -> first {"kind": "generated", "index": 0, "record": <GenRecord JSON with its draws>, "graph": <GraphIR JSON>}
+         (before the search, so that a death there is still a finding on a known graph), then the
+         "prepared" reply of "prepare" without "values" and "onnx": the worker holds those for the
+         test's "run" and "blobs" requests (also on disk, for the worker that replaces it after a crash)
+      |  {"kind": "gen_failed"}     (the generator gave up: no test)
+      |  {"kind": "gen_error", "index": 1, "type": "KeyError", "message": "...", "traceback": "..."}
+         (our own code raised while generating, in call `index` of "calls"; -1: the fresh graph)
+  {"kind": "blobs", "test": 17}
+      -> {"kind": "blobs", "values": {"i0": <array>, "w1": ...}, "onnx": <bytes> | null}
+         (the held test's values and model, for a test the driver keeps)
   {"kind": "export", "graph": <GraphIR JSON>, "values": {"i0": <array>, "w1": ...}}
       -> {"kind": "prepared", "onnx": <bytes> | null, "ms": {"export": 8.1}, "error": <error> | null}
          (a stored test's values exported again, without a search: how a replay re-measures it)
@@ -21,6 +33,7 @@ where a worker that dies or hangs was:
       -> {"kind": "outputs", "outputs": {"o3": <array>}, "ms": {"compile": 12.5, "execute": 0.4}}
          ("roundtrip" true, optional: a backend with a text form of its IR compiles the imported
          model printed and parsed back, timed as a stage of its own between import and compile)
+         ("test": 17 instead of "onnx" and "inputs": the held test's model and inputs)
       |  {"kind": "error", "error": <error>}
   {"kind": "warm_up", "backends": ["tvm"]}
       -> {"kind": "warm"}            (a small model exported and run once, unmeasured)

@@ -9,9 +9,11 @@ from typing import Any
 
 import numpy as np
 
+from nnsmith_cov.campaign.internal import InternalError, project_frames
 from nnsmith_cov.campaign.protocol import decode_arrays, encode_arrays
 from nnsmith_cov.campaign.worker_handle import Reply, WorkerHandle
 from nnsmith_cov.coverage.covmap import Hits
+from nnsmith_cov.gen.generator import Generated
 from nnsmith_cov.gen.graph_ir import GraphIR
 from nnsmith_cov.oracle.compare import Mismatch, compare_outputs, tolerance_for
 from nnsmith_cov.oracle.consensus import apply_consensus, mismatching
@@ -59,9 +61,25 @@ class Prepared:
     search: dict[str, Any] | None
     ms: dict[str, float] = field(default_factory=dict)  # search, export
     hits: Hits | None = None  # coverage of the export, when the worker has a collector
+    # A proposed test's values and model stay in its worker (the test's id there) until `load`.
+    test: int | None = None
+    fetch: Callable[[], tuple[dict[str, np.ndarray], bytes | None]] | None = field(default=None, repr=False)
 
     def inputs(self) -> dict[str, np.ndarray]:
         return {k: v for k, v in self.values.items() if k.startswith("i")}
+
+    @property
+    def held(self) -> bool:
+        """Whether the values and the model are still only in the worker."""
+        return self.fetch is not None
+
+    def load(self) -> Prepared:
+        """Bring the values and the model over from the worker (once): for a test that is kept,
+        or whose oracle needs the values."""
+        if self.fetch is not None:
+            fetch, self.fetch = self.fetch, None
+            self.values, self.onnx = fetch()
+        return self
 
 
 @dataclass
@@ -124,6 +142,62 @@ def export_stored(
     return prepared, _torch_failure(reply, "export")
 
 
+@dataclass
+class Proposed:
+    """A worker's answer to a proposal (see `campaign.proposal`): the generated test and its
+    prepare results, or why there is none (`failed`: the generator gave up; `error`: our own
+    code raised, or the worker died while generating)."""
+
+    index: int | None = None  # which generator call gave the graph (or raised); FRESH: the fresh one
+    gen: Generated | None = None
+    prepared: Prepared | None = None
+    finding: Finding | None = None
+    failed: bool = False
+    error: InternalError | None = None
+
+
+def propose(worker: WorkerHandle, request: dict[str, Any], settings: CaseSettings, gen_s: float = 0.0) -> Proposed:
+    """Generation (given `gen_s` seconds beyond the request's timeout: its own budget), value
+    search and export of a proposed test in the worker; a death or error in the search or the
+    export is a PyTorch finding, as in `prepare`."""
+    from nnsmith_cov.campaign.proposal import record_from_json
+    from nnsmith_cov.ops import is_op
+
+    reply = worker.call(request, settings.timeout_s + gen_s)
+    msg = reply.msg or {}
+    if msg.get("kind") == "gen_failed":
+        return Proposed(failed=True)
+    if msg.get("kind") == "gen_error":
+        text = msg["traceback"]
+        message = (str(msg["message"]).strip().splitlines() or [""])[0][:300]
+        error = InternalError("generate", msg["type"], message, text, project_frames(text))
+        return Proposed(msg["index"], error=error)
+    made = reply.generated
+    if made is None:  # the worker died or hung before its graph was made
+        how = "hung" if reply.hung else f"died ({reply.died})"
+        error = InternalError.from_worker("generate", f"WorkerDied: the worker {how} while generating\n{reply.log}")
+        return Proposed(error=error)
+    graph = GraphIR.from_json(made["graph"], known_op=is_op)
+    gen = Generated(graph, record_from_json(made["record"]))
+    seed = request["seed"]
+    oracle = decode_arrays(msg["oracle"]) if msg.get("oracle") is not None else None
+    ms = dict(msg.get("ms") or {})
+    ms["prepare"] = max(reply.elapsed_ms - gen.record.gen_ms, 0.0)  # the round trip, less the generation
+    prepared = Prepared(graph, seed, {}, oracle, None, msg.get("search"), ms, _hits(msg))
+    if reply.msg is not None:
+        prepared.test = request["test"]
+        prepared.fetch = lambda: fetch_blobs(worker, request["test"], settings.timeout_s)
+    return Proposed(made["index"], gen, prepared, _torch_failure(reply, "reference"))
+
+
+def fetch_blobs(worker: WorkerHandle, test: int, timeout_s: float) -> tuple[dict[str, np.ndarray], bytes | None]:
+    """The values and model test `test`'s worker holds (none when the worker died answering)."""
+    reply = worker.call({"kind": "blobs", "test": test}, timeout_s)
+    if reply.msg is None:
+        return {}, None
+    return decode_arrays(reply.msg.get("values") or {}), reply.msg.get("onnx")
+
+
 def _hits(msg: dict[str, Any]) -> Hits | None:
     return Hits.from_wire(msg["hits"]) if msg.get("hits") is not None else None
 
@@ -161,8 +235,11 @@ def run_onnx(
 
 
 def run_backend(worker: WorkerHandle, prepared: Prepared, backend: str, opt: str, timeout_s: float) -> Reply:
-    assert prepared.onnx is not None
     graph = prepared.graph
+    if prepared.held:  # the worker has the model and the inputs: name the test
+        request = {"kind": "run", "backend": backend, "opt": opt, "test": prepared.test, "roundtrip": graph.roundtrip}
+        return worker.call(request, timeout_s)
+    assert prepared.onnx is not None
     return run_onnx(worker, prepared.onnx, prepared.inputs(), backend, opt, timeout_s, graph.roundtrip)
 
 
@@ -208,6 +285,7 @@ def judge(prepared: Prepared, backend: str, opt: str, reply: Reply, settings: Ca
     )
     # A float64 re-run of the graph decides whether rounding or a discontinuity explains it.
     tolerance = lambda dt: tolerance_for(dt, settings.rtol, settings.atol, half)
+    prepared.load()  # the re-run needs the values
     args = (prepared.graph, prepared.values, prepared.oracle, actual, mismatches, tolerance, prepared.seed)
     verdict = judge_precision(*args)
     if verdict is not None:

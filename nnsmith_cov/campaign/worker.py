@@ -57,12 +57,17 @@ class Worker:
         collector: str = "",
         cov_targets: list[str] | None = None,
         ask: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        held_path: str = "",
     ) -> None:
         from nnsmith_cov.backends.registry import declare
         from nnsmith_cov.coverage.collector import CollectorError
         from nnsmith_cov.coverage.factory import make_collector
 
         self.emit = emit
+        # The current test's model side (see `propose`), also written to `held_path` so that the
+        # worker that replaces this one after a crash can still run the test's other requests.
+        self.held: dict[str, Any] | None = None
+        self.held_path = held_path
         self.collector = None
         self.collector_error: str | None = None
         if collector:  # before the backends: a native collector's runtime must be loaded first
@@ -261,6 +266,62 @@ class Worker:
             return reply
         return reply | {"ms": {"search": search_ms, "export": export_ms}, "error": None}
 
+    def propose(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Generate a proposed test's graph (see `campaign.proposal`), then search and export it as
+        `prepare` does. The values and the model stay here (`held`): the backend runs of the test
+        name it, and the driver asks for them (`blobs`) only for a test it keeps."""
+        from nnsmith_cov.campaign.proposal import call_from_json, config_from_json, generate_proposed, record_json
+
+        self._drop_held()
+        self.stage("generate")  # on this (native) thread: a followed measuring thread never generates
+        calls = [call_from_json(c) for c in msg["calls"]]
+        out = generate_proposed(msg["generator"], calls, config_from_json(msg["fresh"]), msg["seed"])
+        if out.error is not None:
+            e = out.error
+            text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+            error = {"type": type(e).__name__, "message": str(e), "traceback": text}
+            return {"kind": "gen_error", "index": out.index} | error
+        if out.gen is None:
+            return {"kind": "gen_failed"}
+        graph = out.gen.graph.to_json()
+        # Announced before the search: a death there is a finding on this graph.
+        self.emit({"kind": "generated", "index": out.index, "record": record_json(out.gen.record), "graph": graph})
+        reply = self.prepare({"graph": graph, "seed": msg["seed"], "search": msg.get("search", {})})
+        self._hold({"test": msg["test"], "values": reply.pop("values"), "onnx": reply.pop("onnx")})
+        return reply
+
+    def blobs(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """The held test's values and model, for a test the driver keeps."""
+        held = self._held(msg["test"])
+        return {"kind": "blobs", "values": held["values"], "onnx": held["onnx"]}
+
+    def _hold(self, held: dict[str, Any]) -> None:
+        import msgpack
+
+        self.held = held
+        if self.held_path:
+            tmp = f"{self.held_path}.tmp"
+            with open(tmp, "wb") as f:
+                f.write(msgpack.packb(held, use_bin_type=True))
+            os.replace(tmp, self.held_path)
+
+    def _drop_held(self) -> None:
+        self.held = None
+        if self.held_path:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.held_path)
+
+    def _held(self, test: int) -> dict[str, Any]:
+        """Test `test`'s model side: this worker's, or the one a crashed predecessor wrote."""
+        from nnsmith_cov.bounded_read import unpack_msgpack
+
+        if self.held is None and self.held_path and os.path.exists(self.held_path):
+            with open(self.held_path, "rb") as f:
+                self.held = unpack_msgpack(f.read(), "held test")
+        if self.held is None or self.held.get("test") != test:
+            raise LookupError(f"test {test} is not held by this worker")
+        return self.held
+
     def export(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Export a graph with the values it was stored with (a replay): no search, so the
         model is the stored one even where another PyTorch would search differently."""
@@ -297,6 +358,10 @@ class Worker:
     def run(self, msg: dict[str, Any], covered: bool = True) -> dict[str, Any]:
         from nnsmith_cov.backends.base import BackendError, Opt, has_roundtrip
 
+        if "test" in msg and "onnx" not in msg:  # a run of the held test
+            held = self._held(msg["test"])
+            inputs_wire = {k: v for k, v in held["values"].items() if k.startswith("i")}
+            msg = msg | {"onnx": held["onnx"], "inputs": inputs_wire}
         backend = self.backends[msg["backend"]]
         inputs = decode_arrays(msg["inputs"])
         steps: list[tuple[str, Callable[[Any], Any]]] = [("import", lambda _: backend.load(msg["onnx"]))]
@@ -381,7 +446,14 @@ def _tzer_handle(worker: Worker, msg: dict[str, Any]) -> dict[str, Any]:
     return handle(worker, msg)
 
 
-def serve(fd_in: int, fd_out: int, specs: list[str], collector: str = "", cov_targets: list[str] | None = None) -> int:
+def serve(
+    fd_in: int,
+    fd_out: int,
+    specs: list[str],
+    collector: str = "",
+    cov_targets: list[str] | None = None,
+    held_path: str = "",
+) -> int:
     emit = lambda m: write_frame(fd_out, m)
     reader = FrameReader()
     early: deque[dict[str, Any]] = deque()  # requests that arrived while the worker waited on the parent
@@ -397,10 +469,12 @@ def serve(fd_in: int, fd_out: int, specs: list[str], collector: str = "", cov_ta
                 return msg
             early.append(msg)
 
-    worker = Worker(specs, emit, collector, cov_targets, ask)
+    worker = Worker(specs, emit, collector, cov_targets, ask, held_path)
     handlers = {
         "hello": worker.hello,
         "prepare": worker.prepare,
+        "propose": worker.propose,
+        "blobs": worker.blobs,
         "export": worker.export,
         "run": worker.run,
         "universe": worker.universe,
@@ -431,6 +505,7 @@ def main() -> int:
     ap.add_argument("--collector", default="")
     ap.add_argument("--cov-targets", default="")
     ap.add_argument("--mem-limit-mb", type=int, default=0)
+    ap.add_argument("--held", default="", help="where the current test's model side is kept")
     args = ap.parse_args()
     # Crashing the systems under test is the point: a core file per segfault (hundreds of MB
     # each, in the campaign's working folder) would fill the disk over a long campaign.
@@ -444,7 +519,7 @@ def main() -> int:
 
     torch.set_num_threads(1)  # one core per worker; parallelism comes from more workers
     split = lambda text: [s for s in text.split(",") if s]
-    return serve(args.fd_in, args.fd_out, split(args.backends), args.collector, split(args.cov_targets))
+    return serve(args.fd_in, args.fd_out, split(args.backends), args.collector, split(args.cov_targets), args.held)
 
 
 if __name__ == "__main__":
