@@ -27,8 +27,9 @@ format: $(STAMP)
 	$(PY) -m ruff format nnsmith_cov tests scripts
 	$(PY) -m ruff check --fix nnsmith_cov tests scripts
 
-# The main job: a five-minute coverage-guided campaign (ORT + TVM; TVM's Python and ORT's
-# prebuilt binary measured together, one map part each; feedback on) into an LMDB corpus under corpus/.
+# The main job: a five-minute coverage-guided campaign (ORT + TVM; TVM's Python, and ORT's and
+# TVM's C++ from their wheels, measured together, one map part per collector; feedback on) into an
+# LMDB corpus under corpus/.
 fuzz: $(STAMP)
 	$(VENV)/bin/nnsmith-cov fuzz $(FUZZ_ARGS)
 

@@ -160,3 +160,21 @@ class Chaos(OrtBackend):
         elif self.kind == "count":
             outs["extra"] = np.zeros(1, np.float32)
         return outs
+
+
+START_DEATHS_ENV = "NNSMITH_COV_TEST_START_DEATHS"  # "<folder>:<n>": the first n loads die
+
+
+class DiesWhileStarting(OrtBackend):
+    """Kills its worker (SIGSEGV) while the worker loads its backends, the first n times: a start
+    that dies before the worker's hello, as Frida's translated code sometimes did."""
+
+    name = "dies-while-starting"
+
+    def unavailable(self) -> str | None:
+        folder, n = os.environ[START_DEATHS_ENV].rsplit(":", 1)
+        done = len(os.listdir(folder))
+        if done < int(n):
+            open(os.path.join(folder, f"death-{done}"), "w").close()
+            ctypes.string_at(0)
+        return super().unavailable()

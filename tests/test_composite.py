@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 
 import msgpack
 import numpy as np
@@ -150,6 +151,71 @@ def test_composite_offsets_routes_and_calibrates_in_map_order() -> None:
     c.mask(np.array([1, 7, 8]))  # map order; python indices are not the binary part's to mask
     assert binary.masked == [1, 2]
     assert slice_hits(first, 6, 10).index.tolist() == [0, 1, 3]
+
+
+class Carried(Part):
+    """A thread-less part that can measure on another thread (as the python part does)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ran_on: list[int] = []
+
+    def carried(self, fn):  # noqa: ANN001, ANN201
+        def wrapped():  # noqa: ANN202
+            self.ran_on.append(threading.get_ident())
+            return fn()
+
+        return wrapped
+
+
+class OwnThread(Threaded):
+    """A threaded part whose calls really run on another thread."""
+
+    def call(self, fn, backend: str = ""):  # noqa: ANN001
+        out = []
+        t = threading.Thread(target=lambda: out.append(fn()))
+        t.start()
+        t.join()
+        self.thread_ids.append(t.ident)
+        return out[0]
+
+
+def test_a_claimed_backend_runs_on_the_measuring_thread_with_its_part_carried() -> None:
+    """TVM measured in its Python and its C++ by one call: the python part's tracer goes along."""
+    py, binary = Carried(), OwnThread()
+    c = FollowedComposite([py, binary], [DeclaredBackend("here")])
+    assert not c.native("here")
+    assert c.call(lambda: 5, "here") == 5
+    assert py.ran_on == binary.thread_ids and py.ran_on[0] != threading.get_ident()
+    assert c.call(lambda: 6, "ort") == 6 and len(py.ran_on) == 1  # not its backend: not carried
+
+
+def test_the_python_part_traces_a_call_carried_to_another_thread() -> None:
+    from nnsmith_cov.coverage.python_collector import PythonCollector
+
+    py = PythonCollector(["json"])  # a small stdlib package: its analysis takes a moment
+    # A long-lived thread started before the collector, as the binary collector's measuring
+    # thread is (coverage.py would trace a thread started after it on its own).
+    pool = ThreadPoolExecutor(max_workers=1)
+    pool.submit(lambda: None).result()
+
+    def on_thread(fn):  # noqa: ANN001, ANN202
+        return pool.submit(fn).result()
+
+    def files(h: Hits) -> set[str]:
+        u = py.universe()
+        return {u.files[u.file_of[int(i)]] for i in h.index}
+
+    py.start()
+    assert on_thread(lambda: json.dumps({"a": [1, 2]}, indent=1)) == '{\n "a": [\n  1,\n  2\n ]\n}'
+    assert py.stop().index.size == 0  # coverage.py follows only the thread that started it
+    py.start()
+    assert on_thread(py.carried(lambda: json.loads(json.dumps({"b": 1.5}, indent=2)))) == {"b": 1.5}
+    carried = py.stop()
+    assert {"json/__init__.py", "json/encoder.py"} <= files(carried)
+    py.start()  # the next test starts clean: nothing left behind on the other thread
+    assert on_thread(lambda: json.dumps([3], indent=1)) and py.stop().index.size == 0
+    pool.shutdown()
 
 
 def test_each_part_of_the_map_weighs_the_same_in_the_reward() -> None:

@@ -8,11 +8,13 @@ them again (`Universe.split`).
 
 Threads decide who sees what. coverage.py traces the worker's main thread; the binary
 collector's agent follows its own measuring thread. So each backend call is routed:
-a backend whose Python package a thread-less part measures (`claims`: TVM for the
-python part), or whose code the threaded part does not follow (its `native`), runs
-where it is called, on the main thread; every other backend (ORT) runs on the
-measuring thread, where the agent counts its blocks and the Python tracer does not
-look. Calibration and masking concern the threaded part only.
+a backend whose code the threaded part does not follow (its `native`) runs where it is
+called, on the main thread; every other backend runs on the measuring thread, where the
+agent counts its blocks. A thread-less part that measures such a backend's Python
+(`claims`: TVM for the python part) goes along: its `carried` wrapper installs the test's
+tracer on the measuring thread for the call, so one TVM compile is measured in its
+Python and its C++ at once. A part that cannot be carried keeps its backends on the main
+thread (they are then not followed). Calibration and masking concern the threaded part only.
 """
 
 from __future__ import annotations
@@ -102,17 +104,25 @@ class FollowedComposite(CompositeCollector):
         part = u.parts[self.index]
         return part.start, part.stop
 
-    def native(self, backend: str) -> bool:
-        """Calls into this backend run where they are made: a thread-less part measures it there,
-        or the threaded part would not follow it anyway."""
+    def _claimers(self, backend: str) -> list[Any]:
+        """The thread-less parts that measure `backend`'s own package."""
         declared = self.declared.get(backend, DeclaredBackend(backend))
+        return [p for p in self.parts if p is not self.threaded and getattr(p, "claims", lambda _: False)(declared)]
+
+    def native(self, backend: str) -> bool:
+        """Calls into this backend run where they are made: the threaded part would not follow
+        it, or a part that measures it cannot be carried to the measuring thread."""
         return bool(backend) and (
-            any(getattr(p, "claims", lambda _: False)(declared) for p in self.parts if p is not self.threaded)
-            or getattr(self.threaded, "native", lambda _: False)(backend)
+            getattr(self.threaded, "native", lambda _: False)(backend)
+            or any(not hasattr(p, "carried") for p in self._claimers(backend))
         )
 
     def call(self, fn: Callable[[], T], backend: str = "") -> T:
-        return fn() if self.native(backend) else self.threaded.call(fn)
+        if self.native(backend):
+            return fn()
+        for p in self._claimers(backend) if backend else ():
+            fn = p.carried(fn)  # its Python is measured on the measuring thread too
+        return self.threaded.call(fn)
 
     def follow_request(self) -> dict[str, Any]:
         return self.threaded.follow_request()

@@ -19,7 +19,8 @@ def make_collector(name: str, targets: Sequence[str] = (), backends: Sequence[De
     `targets` (its own default when empty: Python packages for `python`, shared-library globs
     for `llvm`, the modules `backends` declare for `binary`); `NAME=TARGET` addresses one part of
     a composite (see `composite.part_targets`). In a composite, a part that takes backends gets
-    those the other parts do not claim (TVM's Python for `python`)."""
+    those the other parts do not claim, except a part that can be carried to the threaded part's
+    thread claims none (the python part: TVM's Python and TVM's C++ are both measured)."""
     names = name.split("+")
     if len(set(names)) != len(names):
         raise CollectorError(f"collector {name!r} names a part twice")
@@ -29,7 +30,12 @@ def make_collector(name: str, targets: Sequence[str] = (), backends: Sequence[De
         for i, n in enumerate(names):
             if takes[i] is late:
                 own = composite.part_targets(n, targets, i == 0, names)
-                claimed = [b for b in backends if any(getattr(c, "claims", lambda _: False)(b) for c in made if c)]
+                # a part that claims a backend but cannot be carried keeps it off the threaded part
+                claimed = [
+                    b
+                    for b in backends
+                    if any(getattr(c, "claims", lambda _: False)(b) and not hasattr(c, "carried") for c in made if c)
+                ]
                 rest = [b for b in backends if b not in claimed]
                 made[i] = _make_one(n, own, rest if late else None)
     parts = [c for c in made if c is not None]

@@ -19,10 +19,10 @@ import hashlib
 import importlib.util
 import sys
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgpack
 import numpy as np
@@ -50,6 +50,7 @@ CACHE_SCHEMA = 2
 #                 [[120, -118, 121, -118],          fixers: recorded arc (120, -118) counts as (121, -118)
 #                  [133, 140, null, null]]],        ... and (133, 140) is dropped
 #              ...}}
+T = TypeVar("T")
 _PACK_MASK = 0xFFFFFFF  # CTracer packs an arc as l1 | l2 << 28, with sign bits 56 and 57
 
 
@@ -152,6 +153,31 @@ class PythonCollector:
         runs it on the thread this collector traces)."""
         package = backend.package
         return package is not None and package in {p.split(".")[0] for p in self.packages}
+
+    def carried(self, fn: Callable[[], T]) -> Callable[[], T]:
+        """`fn`, measured by this collector on whichever thread runs it: the test's tracer is
+        installed there for the call (coverage.py traces only the thread that started it, and a
+        composite runs TVM on the binary collector's measuring thread, so that TVM's Python and
+        its C++ are measured by the same call). The arcs land in the same data as the main
+        thread's, read by `stop()`."""
+        collector = getattr(self._cov, "_collector", None)
+        install = getattr(collector, "_installation_trace", None)
+        if install is None:
+            import coverage
+
+            raise CollectorError(
+                f"python collector: coverage.py {coverage.__version__} cannot trace another thread here; "
+                "install a 7.x release the project lists in setup.cfg"
+            )
+
+        def traced() -> T:
+            sys.settrace(install)  # the first call event installs the test's tracer on this thread
+            try:
+                return fn()
+            finally:
+                sys.settrace(None)
+
+        return traced
 
     # -- the universe --------------------------------------------------------------
     def _files(self) -> list[tuple[str, Path]]:
