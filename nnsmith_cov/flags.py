@@ -287,6 +287,12 @@ FLAGS: tuple[Flag, ...] = (
         choices=("on", "off"),
     ),
     Flag(
+        ("--vary-size",),
+        "with --feedback off, draw each graph's size uniformly among the sizes feedback chooses "
+        "from (the off-var ablation: the same choices, drawn at random)",
+        on("fuzz"),
+    ),
+    Flag(
         ("--backends",),
         "comma list (default ort,tvm)",
         on(

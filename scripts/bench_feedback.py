@@ -14,10 +14,11 @@ figures (seed-S/report).
 Modes: `on` (feedback with mutation of kept tests), `off` (plain NNSmith: opset 20, static
 shapes, no IR text round trip), `off-var` (feedback off drawing the export choices the
 scheduler has arms for uniformly: opsets 11-20, symbolic dims and the round trip each in half
-the graphs, never mutating), `on-nomut` (feedback, kept tests only grown at the end).
-off-var still keeps the configured graph size while `on` has a size arm: `fuzz` has no flag yet
-for `Scheduler(vary=True)`, which draws the size uniformly from the arm's sizes (on the fake
-chain, scripts/bench_chain.py, that alone took off-var from 1 to 9 of 12 seeds).
+the graphs, and the graph size among the size arm's choices (`--vary-size`), never mutating),
+`on-nomut` (feedback, kept tests only grown at the end). The committed TVM run of
+docs/bench-feedback-tvm-30min/ predates `--vary-size`: its off-var kept the configured size
+(on the fake chain, scripts/bench_chain.py, drawing the size alone took off-var from 1 to 9 of
+12 seeds).
 
     python scripts/bench_feedback.py --modes on,off-var,on-nomut --seeds 1,2 --jobs 6 --time 30m
     python scripts/bench_feedback.py --backends ort --collector binary --seeds 1,2 --jobs 6
@@ -46,7 +47,7 @@ MODES = {
     "on": ["--feedback", "on", "--mutation", "on"],
     "on-nomut": ["--feedback", "on", "--mutation", "off"],
     "off": ["--feedback", "off"],
-    "off-var": ["--feedback", "off", "--opsets", "11-20", "--dynamic", "0.5", "--roundtrip", "0.5"],
+    "off-var": ["--feedback", "off", "--opsets", "11-20", "--dynamic", "0.5", "--roundtrip", "0.5", "--vary-size"],
 }
 GOALS = {"total": 1.15, "unique": 3.0, "reach": 0.5}  # issue 27: on vs off-var
 

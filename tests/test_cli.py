@@ -395,10 +395,37 @@ def test_a_schema_1_config_is_migrated_with_what_its_absent_keys_meant():
     assert FuzzConfig.from_json(old).to_json() == cfg.to_json()
 
 
+def test_a_schema_2_config_reads_with_sizes_fixed_and_vary_size_round_trips(tmp_path):
+    import dataclasses
+    import json
+
+    from nnsmith_cov.campaign.fuzz_config import FuzzConfig
+    from nnsmith_cov.stored import StoredError
+
+    old = _rich_config().to_json() | {"schema": 2}
+    del old["vary_size"]
+    assert FuzzConfig.from_json(old).vary_size is False
+    off_var = dataclasses.replace(_rich_config(), feedback=False, mutation=False, vary_size=True)
+    assert FuzzConfig.from_json(off_var.to_json()).vary_size is True
+    missing = off_var.to_json()
+    del missing["vary_size"]
+    with pytest.raises(StoredError, match="vary_size"):
+        FuzzConfig.from_json(missing)
+    # The flag: feedback off drawing the sizes the size arm chooses from.
+    out = tmp_path / "c"
+    argv = ["fuzz", "-o", str(out), "--backends", "ort", "--collector", "none", "--feedback", "off"]
+    assert main([*argv, "--vary-size", "--tests", "6", "--nodes", "3", "--ops", "Relu", "Add"]) == 0
+    assert json.loads((out / "config.json").read_text())["vary_size"] is True
+    from nnsmith_cov.corpus.store import CorpusStore
+
+    with CorpusStore.open(out / "lmdb", readonly=True) as store:  # the scheduler got it (and resumes with it)
+        assert store.scheduler_state()["config"]["vary"] is True
+
+
 @pytest.mark.parametrize(
     "change, message",
     [
-        ({"schema": 3}, "schema 3: this nnsmith-cov reads config schemas 1..2"),
+        ({"schema": 4}, "schema 4: this nnsmith-cov reads config schemas 1..3"),
         ({"schema": "2"}, "schema '2'"),
         ({"schema": True}, "schema True"),
         ({"mutation": None}, "lacks 'mutation'"),  # schema 2 implies nothing

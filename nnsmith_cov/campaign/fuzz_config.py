@@ -2,11 +2,11 @@
 campaign starts, `from_json` reads it back for `fuzz --resume`, checking every value (a
 campaign folder is data, and may come from anyone) and migrating older schemas explicitly.
 
-config.json, schema 2 (besides the keys below: "versions", "coverage", and for a replay
+config.json, schema 3 (besides the keys below: "versions", "coverage", and for a replay
 "replay", which describe the run rather than set it, and are not read back here):
 
-  {"schema": 2, "seed": 0, "time_s": 600.0, "max_tests": null, "feedback": true,
-   "mutation": true, "collector": "python", "cov_targets": [], "pass_filters": null,
+  {"schema": 3, "seed": 0, "time_s": 600.0, "max_tests": null, "feedback": true,
+   "mutation": true, "vary_size": false, "collector": "python", "cov_targets": [], "pass_filters": null,
    "generator": {"nodes": 10, "binning": true, "max_elems": 65536, "timeout_ms": 60000,
                  "work_budget": 10000000, "opsets": [11, ..., 20], "dynamic_prob": null,
                  "roundtrip_prob": null, "ops": ["Abs", "Add", ...], "name": "nnsmith",
@@ -22,6 +22,8 @@ Schemas:
   1  the first layout (a file without "schema" is one). Keys added after it began may be
      absent, and then stand for the settings of the runs made before them: `_V1_ABSENT`.
   2  the same keys, every one written and required: absence is an error, never a default.
+  3  "vary_size" (feedback off drawing graph sizes at random: the off-var ablation); a
+     schema-2 config reads as false.
 """
 
 from __future__ import annotations
@@ -46,8 +48,8 @@ from nnsmith_cov.stored import (
     trusted_collector,
 )
 
-CONFIG_SCHEMA = 2
-READS = (1, 2)  # the schemas `from_json` takes (1 through `_migrate_1`)
+CONFIG_SCHEMA = 3
+READS = (1, 2, 3)  # the schemas `from_json` takes (1 and 2 through `_migrate_1` / `_migrate_2`)
 
 # What a schema-1 config.json may lack, and what its absence meant (frozen here: a later
 # change of a default must not change how an old campaign resumes).
@@ -88,6 +90,7 @@ class FuzzConfig:
     dynamic_arm: bool = False  # the scheduler chooses the share of dynamic-dim exports (gen.dynamic_prob unused)
     roundtrip_arm: bool = False  # ... and of graphs compiled from the IR's text (gen.roundtrip_prob unused)
     mutation: bool = False  # with feedback, seeded tests may mutate their parent's draws (else only grow it)
+    vary_size: bool = False  # without feedback, the size drawn uniformly among the size arm's (off-var)
 
     def to_json(self) -> dict[str, Any]:
         gen = self.gen
@@ -98,6 +101,7 @@ class FuzzConfig:
             "max_tests": self.max_tests,
             "feedback": self.feedback,
             "mutation": self.mutation,
+            "vary_size": self.vary_size,
             "collector": self.collector,
             "cov_targets": self.cov_targets,
             "pass_filters": self.pass_filters,
@@ -133,7 +137,9 @@ def _current(obj: object) -> dict[str, Any]:
     schema = obj.get("schema", 1)
     if type(schema) is not int or schema not in READS:
         raise StoredError(f"schema {shown(schema)}: this nnsmith-cov reads config schemas {READS[0]}..{READS[-1]}")
-    return _migrate_1(obj) if schema == 1 else obj
+    if schema == 1:
+        obj = _migrate_1(obj)
+    return _migrate_2(obj) if obj["schema"] == 2 else obj
 
 
 def _migrate_1(obj: dict[str, Any]) -> dict[str, Any]:
@@ -146,6 +152,11 @@ def _migrate_1(obj: dict[str, Any]) -> dict[str, Any]:
             out["generator"].setdefault(key, copy.deepcopy(value))
     out["schema"] = 2
     return out
+
+
+def _migrate_2(obj: dict[str, Any]) -> dict[str, Any]:
+    """A schema-2 config as schema 3: off-var's sizes did not vary before `vary_size`."""
+    return obj | {"schema": 3, "vary_size": False}
 
 
 def _of(
@@ -222,4 +233,5 @@ def _read(c: dict[str, Any], plugins: Collection[str]) -> FuzzConfig:
         dynamic_arm=dynamic is None,
         roundtrip_arm=roundtrip is None,
         mutation=_of(c, "mutation", bool),
+        vary_size=_of(c, "vary_size", bool),
     )

@@ -136,6 +136,7 @@ class Fuzzer:
             roundtrip=self.cfg.roundtrip_arm,
             mutation=self.cfg.feedback and self.cfg.mutation,
             forms=export_forms(gen.ops),
+            vary=self.cfg.vary_size,
         )
 
     def _resume(self) -> list[str]:

@@ -199,6 +199,7 @@ def _fuzz_config(args: argparse.Namespace, plan: _Plan, cfg: GenConfig, settings
         dynamic_arm=feedback and args.dynamic is None,
         roundtrip_arm=feedback and args.roundtrip is None and any(map(roundtrips, args.backends)),
         mutation=feedback and args.mutation != "off",
+        vary_size=not feedback and bool(args.vary_size),
     )
 
 
