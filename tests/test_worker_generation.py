@@ -10,7 +10,7 @@ import os
 import signal
 
 import pytest
-from campaign_helpers import f32_only
+from campaign_helpers import f32_only, run_to_budget
 from worker_faults import FAULT_ENV
 
 from nnsmith_cov.abstract.choice import ReplayDivergence
@@ -73,13 +73,7 @@ def test_every_seeded_way_makes_in_the_worker_the_graph_the_driver_made(tmp_path
     run = RunDir(tmp_path / "c")
     worker = WorkerHandle([backend], run.worker_log(0), collector="fake_coverage:OpCollector")
     fuzzer = Fuzzer(cfg, run, worker, lambda ev: None, corpus=True)
-    try:
-        fuzzer.start()
-        while not fuzzer.done():
-            fuzzer.step()
-    finally:
-        fuzzer.close()
-        worker.close()
+    run_to_budget(fuzzer, worker)
     assert fuzzer.stats.internal_errors == 0 and len(made) == 16
     used = set()
     for m in made:
