@@ -102,7 +102,7 @@ class WorkerHandle:
     def start(self) -> dict[str, Any]:
         """Start the worker if it is not running; returns its hello reply. A worker that dies
         while starting (before its hello) is started again, START_TRIES times in all: under the
-        binary collector following TVM's library, about one start in four died in Frida's
+        binary collector following TVM's library, about two starts in five died in Frida's
         translated code while the libraries loaded, and a fresh process gets past it."""
         if self.proc is not None and self.proc.poll() is None:
             return self.ready
