@@ -137,6 +137,21 @@ def test_fuzz_bad_input_is_one_line_error(tmp_path, capsys, extra, message):
     assert message in err and len(err.splitlines()) == 1
 
 
+def test_a_backend_the_worker_cannot_load_closes_the_worker(tmp_path, capsys, monkeypatch):
+    from nnsmith_cov.campaign.worker_handle import WorkerHandle
+
+    closed, real_close = [], WorkerHandle.close
+
+    def close(self):  # noqa: ANN001, ANN202
+        closed.append(self.proc is not None and self.proc.poll() is None)  # was it still running?
+        return real_close(self)
+
+    monkeypatch.setattr(WorkerHandle, "close", close)
+    argv = ["fuzz", "-o", str(tmp_path / "r"), "--backends", "trt", "--tests", "1", "--no-support"]
+    assert main(argv) == 2 and "backend trt is unavailable" in capsys.readouterr().err
+    assert closed and closed[0] is True  # the running worker was closed, not left to its pipe
+
+
 def test_repro_of_a_broken_bundle_is_one_line_error(tmp_path, capsys):
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "meta.json").write_text("{not json")

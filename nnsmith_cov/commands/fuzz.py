@@ -140,7 +140,7 @@ def _started_fuzzer(
 ) -> Fuzzer:
     """Start the first worker, narrow the ops to what the backends accept, then build and start
     the Fuzzer. A worker, run-folder or corpus error closes the worker (and the cluster) and is
-    a one-line error."""
+    a one-line error, as is a backend the worker cannot load."""
     from nnsmith_cov.campaign.cluster import shutdown
     from nnsmith_cov.campaign.fuzz_loop import Fuzzer
     from nnsmith_cov.campaign.run_dir import RunDirError
@@ -162,7 +162,7 @@ def _started_fuzzer(
             fuzzer.support.remember_in(args.support_cache or default_cache_dir(), hello["versions"])
         _start(fuzzer, plan, crashes, console)
         return fuzzer
-    except (WorkerStartError, RunDirError, CorpusError) as e:
+    except (WorkerStartError, RunDirError, CorpusError, CliError) as e:  # (CliError: a backend unavailable)
         worker.close()
         shutdown()
         raise CliError(str(e)) from None
