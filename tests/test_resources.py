@@ -79,6 +79,9 @@ def test_report_tables_tests_per_second_disk_and_memory_per_interval(tmp_path: P
     assert table[-1]["disk_mb"] == 1700.0 and table[0]["rss_mb"] == 500.0 and table[0]["worker_rss_mb"] == 700.0
     assert resource_intervals(rows, every_s=600)[0]["minute"] == 10.0
     assert resource_intervals([]) == []
+    # A last point seconds after an interval's end closes that interval, not a row of its own.
+    late = TimelineRow(60.0 * 70 + 2, tests + 1, 0, 0, 0, 0, 1 << 10, 1 << 10, 1 << 10)
+    assert [r["minute"] for r in resource_intervals([*rows, late], every_s=600)][-2:] == [60.0, 70.0]
     # `report` writes it per campaign beside the table.
     from test_report import fake_universe
 

@@ -29,7 +29,9 @@ def resource_intervals(rows: Sequence[TimelineRow], every_s: float | None = None
         before = [r for r in points if r.elapsed_s <= k * every]
         if before and (not picked or before[-1] is not picked[-1]):
             picked.append(before[-1])
-    if not picked or picked[-1] is not points[-1]:
+    if picked and picked[-1] is not points[-1] and points[-1].elapsed_s - picked[-1].elapsed_s < every / 10:
+        picked[-1] = points[-1]  # the campaign's last point, seconds after an interval's end: one row
+    elif not picked or picked[-1] is not points[-1]:
         picked.append(points[-1])
     out: list[dict[str, Any]] = []
     prev_t, prev_tests = 0.0, 0
