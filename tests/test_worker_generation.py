@@ -136,6 +136,11 @@ def test_configs_and_records_cross_as_json_unchanged():
     record = record_from_json(json.loads(json.dumps(record_json(a.record))))
     assert record.to_json() == a.record.to_json() and record.draws == a.record.draws
     assert generate(back, 3).graph.to_json() == a.graph.to_json()
+    # a baseline's record keeps its generator's name and steps (the corpus records them)
+    b = generate_with("graphfuzzer", cfg, 3)
+    back_b = record_from_json(json.loads(json.dumps(record_json(b.record))))
+    assert type(back_b) is type(b.record) and back_b.to_json() == b.record.to_json()
+    assert back_b.to_json()["generator"] == "graphfuzzer"
 
 
 def test_the_worker_holds_the_test_across_its_own_crash_and_only_that_test(tmp_path):

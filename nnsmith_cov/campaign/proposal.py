@@ -102,11 +102,15 @@ def record_json(record: GenRecord) -> dict[str, Any]:
 
 
 def record_from_json(obj: Mapping[str, Any]) -> GenRecord:
+    """The record back, a baseline's (with its generator's name and steps) as a BaselineRecord."""
+    from nnsmith_cov.baselines.record import BaselineRecord
+
     kw = dict(obj)
     kw["bins"] = [BinChoice(**b) for b in kw.get("bins", [])]
     kw["draws"] = [(str(label), value) for label, value in kw.get("draws", [])]
-    names = {f.name for f in dataclasses.fields(GenRecord)}
-    return GenRecord(**{k: v for k, v in kw.items() if k in names})
+    cls = BaselineRecord if "generator" in kw else GenRecord
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in kw.items() if k in names})
 
 
 @dataclass
