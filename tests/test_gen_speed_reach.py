@@ -26,11 +26,13 @@ def test_rlimit_count_reads_what_z3_reports():
     assert _rlimit_count(stats, -1) == stats.get_key_value("rlimit count") > 0
 
 
-def test_bin_check_rlimit_and_bridge_prob_are_checked():
-    with pytest.raises(ValueError, match="bin_check_rlimit"):
-        GenConfig(ops=ALL_OPS, bin_check_rlimit=0)
-    with pytest.raises(ValueError, match="bridge_prob"):
-        GenConfig(ops=ALL_OPS, bridge_prob=1.5)
+@pytest.mark.parametrize(
+    "setting, bad",
+    [("bin_check_rlimit", 0), ("bridge_prob", 1.5), ("bin_work_budget", 0), ("insert_check_rlimit", 0)],
+)
+def test_generation_caps_and_shares_are_checked(setting, bad):
+    with pytest.raises(ValueError, match=setting):
+        GenConfig(ops=ALL_OPS, **{setting: bad})
 
 
 def test_bridges_off_draw_nothing():
@@ -80,13 +82,6 @@ def test_no_bridge_without_forward_insertion():
     for seed in range(4):
         rec = generate(GenConfig(nodes=5, ops=ops, forward_prob=0.0, bridge_prob=1.0), seed).record
         assert set(rec.directions) <= {"backward"}
-
-
-def test_new_caps_are_checked():
-    with pytest.raises(ValueError, match="bin_work_budget"):
-        GenConfig(ops=ALL_OPS, bin_work_budget=0)
-    with pytest.raises(ValueError, match="insert_check_rlimit"):
-        GenConfig(ops=ALL_OPS, insert_check_rlimit=0)
 
 
 def test_an_unsat_try_add_reports_its_core():
