@@ -179,50 +179,14 @@ class Fuzzer:
         assert self.scheduler is not None, "start() first"
         test = _Test(-1, 0)
         try:
-            with self.lock:
-                if self.done():  # another thread took the last test
-                    return None
-                test = _Test(self.stats.tests, test_seed(self.cfg.seed, self.stats.tests))
-                self.stats.tests += 1
-                self.stats.starts.append(self.stats.elapsed())
-                probe = self.probes.popleft() if self.probes else None
-                if probe is None:
-                    test.stage = "propose"
-                    test.proposal = self.scheduler.propose()
-                    if test.proposal.seeded and self.seeds:
-                        rng = np.random.default_rng([self.cfg.seed, test.k])
-                        test.parent = self.seeds.pick(rng, attempt=True)
-            t0 = time.perf_counter()  # the test's cost, for the scheduler
-            test.stage = "generate"
-            settings, known = self.cfg.settings, self.stats.signatures.__contains__
-            try:
-                if probe is not None:
-                    gen: Generated | None = _probe_test(probe, test.seed)
-                    prep = lambda: prepare(worker, probe[1], test.seed, settings)
-                else:
-                    request = self._proposal(test)
-                    proposed = propose(worker, request, settings, self.cfg.gen.timeout_ms / 1e3)
-                    gen = self._generated(test, proposed)
-                    prep = lambda: (proposed.prepared, proposed.finding)
-                if gen is None:
-                    return None
-                test.graph = gen.graph
-                test.stage = "test"  # the oracle runs here; the worker's own errors come back as WorkerFault
-                # Read without the lock: a signature filed meanwhile only costs one more O0 run.
-                result = run_prepared(worker, settings, prep, known)  # type: ignore[arg-type]
-                if result.unsupported:
-                    self._learn(worker, gen.graph, result)
-            except WorkerFault as e:
-                with self.lock:
-                    self._internal(test, InternalError.from_worker("worker", str(e)))
-                return None
-            test.stage = "observe"
-            with self.lock:
-                self._finish(test, gen, result, time.perf_counter() - t0)
-            return result
+            return self._run_test(worker, test)
         except _GenerationFailed as e:  # our own code, in the worker's generation
             with self.lock:
                 self._internal(test, e.error)
+            return None
+        except WorkerFault as e:
+            with self.lock:
+                self._internal(test, InternalError.from_worker("worker", str(e)))
             return None
         except BreakerTripped:
             raise
@@ -234,6 +198,53 @@ class Fuzzer:
             with self.lock:
                 self._internal(test, InternalError.from_exception(test.stage, e))
             return None
+
+    def _take(self, test: _Test) -> bool:
+        """Number `test` as the campaign's next one (under the lock); False when the budget is spent."""
+        if self.done():  # another thread took the last test
+            return False
+        test.k, test.seed = self.stats.tests, test_seed(self.cfg.seed, self.stats.tests)
+        self.stats.tests += 1
+        self.stats.starts.append(self.stats.elapsed())
+        return True
+
+    def _run_test(self, worker: WorkerHandle, test: _Test) -> CaseResult | None:
+        """`step`'s body: `test` is filled in as it goes, so that an error anywhere is recorded
+        against the right test and stage."""
+        assert self.scheduler is not None
+        with self.lock:
+            if not self._take(test):
+                return None
+            probe = self.probes.popleft() if self.probes else None
+            if probe is None:
+                test.stage = "propose"
+                test.proposal = self.scheduler.propose()
+                if test.proposal.seeded and self.seeds:
+                    rng = np.random.default_rng([self.cfg.seed, test.k])
+                    test.parent = self.seeds.pick(rng, attempt=True)
+        t0 = time.perf_counter()  # the test's cost, for the scheduler
+        test.stage = "generate"
+        settings, known = self.cfg.settings, self.stats.signatures.__contains__
+        if probe is not None:
+            gen: Generated | None = _probe_test(probe, test.seed)
+            prep = lambda: prepare(worker, probe[1], test.seed, settings)
+        else:
+            request = self._proposal(test)
+            proposed = propose(worker, request, settings, self.cfg.gen.timeout_ms / 1e3)
+            gen = self._generated(test, proposed)
+            prep = lambda: (proposed.prepared, proposed.finding)
+        if gen is None:
+            return None
+        test.graph = gen.graph
+        test.stage = "test"  # the oracle runs here; the worker's own errors come back as WorkerFault
+        # Read without the lock: a signature filed meanwhile only costs one more O0 run.
+        result = run_prepared(worker, settings, prep, known)  # type: ignore[arg-type]
+        if result.unsupported:
+            self._learn(worker, gen.graph, result)
+        test.stage = "observe"
+        with self.lock:
+            self._finish(test, gen, result, time.perf_counter() - t0)
+        return result
 
     def _learn(self, worker: WorkerHandle, graph: GraphIR, result: CaseResult) -> None:
         """Fold a test's refusals into the campaign's support tables and narrow the generator's

@@ -17,12 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from nnsmith_cov.campaign.fuzz_loop import Fuzzer, _Test, test_seed
-from nnsmith_cov.campaign.internal import BreakerTripped, InternalError
+from nnsmith_cov.campaign.fuzz_loop import Fuzzer, _Test
 from nnsmith_cov.campaign.ledger import Finished, Material
 from nnsmith_cov.campaign.testcase import CaseResult
-from nnsmith_cov.campaign.worker_handle import WorkerFault, WorkerHandle
-from nnsmith_cov.corpus.records import CorpusError
+from nnsmith_cov.campaign.worker_handle import WorkerHandle
 from nnsmith_cov.tir import passes, seeds
 from nnsmith_cov.tzer import case, mutant
 from nnsmith_cov.tzer.pool import Entry, Pool
@@ -52,48 +50,31 @@ class TzerFuzzer(Fuzzer):
 
     def step(self, worker: WorkerHandle | None = None) -> CaseResult | None:
         worker = worker or self.worker
-        test = _Test(-1, 0)
         if (id(worker), worker.deaths) not in self._warmed:  # a restarted worker is a fresh process
             case.warm_up(worker, seeds.seed(seeds.names()[0]), self.cfg.settings.timeout_s)
             self._warmed.add((id(worker), worker.deaths))  # after: a warm-up that died is not retried
-        try:
-            with self.lock:
-                if self.done():
-                    return None
-                test = _Test(self.stats.tests, test_seed(self.cfg.seed, self.stats.tests))
-                self.stats.tests += 1
-                self.stats.starts.append(self.stats.elapsed())
-                rng = np.random.default_rng([self.cfg.seed, test.k])
-                learn = self.covmap is not None and self.cfg.feedback
-                parent = self.pool.pick(rng) if learn else self.pool.entries[int(rng.integers(len(seeds.names())))]
-                mode = parent.mode()
-            t0 = time.perf_counter()
-            test.stage = "generate"
-            m = mutant.make(parent, test.seed, mode)
-            gen = mutant.record(test.seed, parent.origin, m, mode, parent.test_id)
-            gen_ms = (time.perf_counter() - t0) * 1e3
-            args = case.arguments(m.func, test.seed)
-            test.stage = "test"
-            try:
-                result, reference = case.run_case(worker, gen["tir"], m.passes, args, self.cfg.settings)
-            except WorkerFault as e:
-                with self.lock:
-                    self._internal(test, InternalError.from_worker("worker", str(e)))
+        return super().step(worker)
+
+    def _run_test(self, worker: WorkerHandle, test: _Test) -> CaseResult | None:
+        with self.lock:
+            if not self._take(test):
                 return None
-            test.stage = "observe"
-            with self.lock:
-                self._commit(test, gen, gen_ms, result, Material(args, reference), parent, m, mode)
-            return result
-        except BreakerTripped:
-            raise
-        except (CorpusError, OSError):
-            raise
-        except Exception as e:  # noqa: BLE001 - our own code's error on this test: contained
-            if test.k < 0:
-                raise
-            with self.lock:
-                self._internal(test, InternalError.from_exception(test.stage, e))
-            return None
+            rng = np.random.default_rng([self.cfg.seed, test.k])
+            learn = self.covmap is not None and self.cfg.feedback
+            parent = self.pool.pick(rng) if learn else self.pool.entries[int(rng.integers(len(seeds.names())))]
+            mode = parent.mode()
+        t0 = time.perf_counter()
+        test.stage = "generate"
+        m = mutant.make(parent, test.seed, mode)
+        gen = mutant.record(test.seed, parent.origin, m, mode, parent.test_id)
+        gen_ms = (time.perf_counter() - t0) * 1e3
+        args = case.arguments(m.func, test.seed)
+        test.stage = "test"
+        result, reference = case.run_case(worker, gen["tir"], m.passes, args, self.cfg.settings)
+        test.stage = "observe"
+        with self.lock:
+            self._commit(test, gen, gen_ms, result, Material(args, reference), parent, m, mode)
+        return result
 
     def _commit(
         self,
