@@ -443,3 +443,27 @@ def test_an_unknown_schema_or_a_missing_key_is_a_one_line_error(tmp_path, capsys
     assert main(["fuzz", "--resume", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unusable campaign config" in err and message in err
+
+
+def test_ctrl_c_while_the_command_imports_is_one_line_and_130(monkeypatch, capsys):
+    import importlib.abc
+
+    from nnsmith_cov.__main__ import run
+
+    class Interrupting(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "nnsmith_cov.cli":
+                raise KeyboardInterrupt
+            return None
+
+    monkeypatch.delitem(sys.modules, "nnsmith_cov.cli")
+    monkeypatch.setattr(sys, "meta_path", [Interrupting(), *sys.meta_path])
+    assert run() == 130
+    assert capsys.readouterr().err == "nnsmith-cov: interrupted\n"
+
+
+def test_python_dash_m_runs_the_command():
+    out = subprocess.run(
+        [sys.executable, "-m", "nnsmith_cov", "--version"], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.startswith("nnsmith-cov ")
