@@ -3,6 +3,7 @@ campaign that contains its own errors (internal errors), stops on a breaker, and
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 from campaign_helpers import f32_only
 from worker_faults import FAULT_ENV
 
+from nnsmith_cov.abstract.dtype import DType
 from nnsmith_cov.campaign import fuzz_loop, ledger
 from nnsmith_cov.campaign.fuzz_loop import FuzzConfig, Fuzzer
 from nnsmith_cov.campaign.internal import Breaker, BreakerTripped, InternalError, gen_config_from_json, gen_config_json
@@ -184,6 +186,14 @@ def test_gen_config_round_trips_with_narrowed_signatures():
     assert a.graph.to_json() == b.graph.to_json()
     with pytest.raises(ValueError, match="no operator"):
         gen_config_from_json(gen_config_json(cfg) | {"ops": {"NoSuchOp": []}})
+    # an opset floor raised by learned support is part of the config: an internal error's replay needs it
+    raised = [type(op.__name__, (op,), {"min_opset_for": {DType.float32: 17}}) for op in ops]
+    back = gen_config_from_json(json.loads(json.dumps(gen_config_json(dataclasses.replace(cfg, ops=raised)))))
+    assert all(op.opset_floor(DType.float32) == 17 for op in back.ops)
+    # a config written before floors were recorded keeps each op's own
+    old = gen_config_json(cfg)
+    del old["op_opset_floors"]
+    assert [o.min_opset_for for o in gen_config_from_json(old).ops] == [o.min_opset_for for o in ops]
 
 
 def _graph_and_result(status: str, backends_run: int, findings: list[Finding]):

@@ -26,7 +26,7 @@ import json
 import re
 import shutil
 import traceback
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -164,13 +164,17 @@ def _first_line(text: str) -> str:
     return (text.strip().splitlines() or [""])[0][:300]
 
 
+FLOORS = "op_opset_floors"  # beside a config's fields: each op's `min_opset_for`, by dtype name
+
+
 def gen_config_json(cfg: GenConfig) -> dict[str, Any]:
-    """Everything a GenConfig holds, as JSON: the op set with each op's signatures (the
-    campaign's, narrowed by the backends' support), so a generation replays exactly."""
+    """Everything a GenConfig holds, as JSON: the op set with each op's signatures and opset
+    floors (the campaign's, narrowed by the backends' support), so a generation replays exactly."""
     obj: dict[str, Any] = {}
     for f in dataclasses.fields(cfg):
         v = getattr(cfg, f.name)
         if f.name == "ops":
+            obj[FLOORS] = {op.name(): {d.value: n for d, n in op.min_opset_for.items()} for op in v}
             v = {op.name(): [_sig_text(s) for s in op.sigs] for op in v}
         elif f.name == "excluded":
             v = sorted([d.value, r] for d, r in v)
@@ -184,6 +188,18 @@ def gen_config_json(cfg: GenConfig) -> dict[str, Any]:
     return obj
 
 
+def with_floors(ops: Sequence[Any], floors: Mapping[str, Mapping[str, int]]) -> list[Any]:
+    """`ops` with the opset floors per dtype that `floors` names (the campaign's: raised where a
+    backend refused an older opset)."""
+    out = []
+    for op in ops:
+        want = {DType(d): int(v) for d, v in (floors.get(op.name()) or {}).items()}
+        if want != dict(op.min_opset_for):
+            op = type(op.__name__, (op,), {"min_opset_for": want, "__doc__": op.__doc__})
+        out.append(op)
+    return out
+
+
 def gen_config_from_json(obj: Mapping[str, Any]) -> GenConfig:
     """The GenConfig `gen_config_json` wrote; ValueError names what does not fit (an op or
     signature this version lacks, a field it does not know)."""
@@ -191,10 +207,11 @@ def gen_config_from_json(obj: Mapping[str, Any]) -> GenConfig:
 
     by_name = {op.name(): op for op in ALL_OPS}
     fields = {f.name for f in dataclasses.fields(GenConfig)}
-    unknown = set(obj) - fields
+    unknown = set(obj) - fields - {FLOORS}
     if unknown:
         raise ValueError(f"unknown generator settings {sorted(unknown)}")
     kw = dict(obj)
+    floors = kw.pop(FLOORS, None)  # absent in records older than it: each op's own floors then
     ops = []
     for name, sigs in dict(obj.get("ops") or {}).items():
         if name not in by_name:
@@ -204,7 +221,7 @@ def gen_config_from_json(obj: Mapping[str, Any]) -> GenConfig:
         if len(keep) != len(sigs):
             raise ValueError(f"{name}: signatures {sorted(set(sigs) - {_sig_text(s) for s in op.sigs})} unknown")
         ops.append(op if keep == list(op.sigs) else type(op.__name__, (op,), {"sigs": keep, "__doc__": op.__doc__}))
-    kw["ops"] = ops
+    kw["ops"] = ops if floors is None else with_floors(ops, floors)
     if "excluded" in kw:
         kw["excluded"] = frozenset((DType(d), int(r)) for d, r in kw["excluded"])
     if kw.get("opset_weights") is not None:

@@ -23,14 +23,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from nnsmith_cov.abstract.choice import ReplayDivergence
-from nnsmith_cov.abstract.dtype import DType
-from nnsmith_cov.campaign.internal import gen_config_from_json, gen_config_json
+from nnsmith_cov.campaign.internal import FLOORS, gen_config_from_json, gen_config_json
 from nnsmith_cov.feedback import mutate
 from nnsmith_cov.gen.binning import BinChoice
 from nnsmith_cov.gen.generator import GenConfig, Generated, GenerationError, GenRecord
 
 FRESH = -1  # the index a reply gives for the fresh fallback (no call of the list)
-FLOORS = "op_opset_floors"  # beside a config's fields: each op's `min_opset_for`, by dtype name
 
 # Op sets encoded and decoded once: a campaign's op set changes only when support is learned,
 # and decoding a narrowed set makes new op classes (which generation caches are keyed on).
@@ -40,42 +38,32 @@ _CACHE_LIMIT = 64
 
 
 def config_json(cfg: GenConfig) -> dict[str, Any]:
-    """`gen_config_json(cfg)`, its op set encoded once per distinct op set, with each op's
-    opset floors per dtype under FLOORS (raised where a backend refused an older opset)."""
+    """`gen_config_json(cfg)`, its op set (signatures and opset floors) encoded once per
+    distinct op set."""
     key = tuple(id(op) for op in cfg.ops)
     cached = _OPS_TEXT.get(key)
     if cached is None:
         if len(_OPS_TEXT) >= _CACHE_LIMIT:
             _OPS_TEXT.clear()
         # the classes are kept with their text: while cached, no other class can take their ids
-        ops = gen_config_json(GenConfig(ops=cfg.ops))["ops"]
-        floors = {op.name(): {d.value: v for d, v in op.min_opset_for.items()} for op in cfg.ops}
-        cached = _OPS_TEXT[key] = (tuple(cfg.ops), {"ops": ops, FLOORS: floors})
+        ops = gen_config_json(GenConfig(ops=cfg.ops))
+        cached = _OPS_TEXT[key] = (tuple(cfg.ops), {"ops": ops["ops"], FLOORS: ops[FLOORS]})
     return gen_config_json(dataclasses.replace(cfg, ops=())) | cached[1]
 
 
 def config_from_json(obj: Mapping[str, Any]) -> GenConfig:
     """`gen_config_from_json(obj)`, one op list per distinct op set (ValueError like it)."""
     obj = dict(obj)
-    floors = obj.pop(FLOORS, {})
-    key = json.dumps([obj.get("ops") or {}, floors], sort_keys=True)
+    floors = obj.pop(FLOORS, None)
+    ops_text = obj.pop("ops", None) or {}
+    key = json.dumps([ops_text, floors], sort_keys=True)
     ops = _OPS_BACK.get(key)
     if ops is None:
         if len(_OPS_BACK) >= _CACHE_LIMIT:
             _OPS_BACK.clear()
-        ops = _OPS_BACK[key] = _with_floors(gen_config_from_json({"ops": obj.get("ops") or {}}).ops, floors)
-    return dataclasses.replace(gen_config_from_json(obj | {"ops": {}}), ops=ops)
-
-
-def _with_floors(ops: Sequence[Any], floors: Mapping[str, Mapping[str, int]]) -> list[Any]:
-    """`ops` with the opset floors `floors` names (the driver's, narrowed by learned support)."""
-    out = []
-    for op in ops:
-        want = {DType(d): int(v) for d, v in (floors.get(op.name()) or {}).items()}
-        if want != dict(op.min_opset_for):
-            op = type(op.__name__, (op,), {"min_opset_for": want, "__doc__": op.__doc__})
-        out.append(op)
-    return out
+        ops_obj = {"ops": ops_text} if floors is None else {"ops": ops_text, FLOORS: floors}
+        ops = _OPS_BACK[key] = gen_config_from_json(ops_obj).ops
+    return dataclasses.replace(gen_config_from_json(obj), ops=ops)
 
 
 def call_json(call: mutate.Call) -> dict[str, Any]:
