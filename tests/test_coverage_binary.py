@@ -346,6 +346,7 @@ def test_tvm_compiles_under_the_collector_like_natively(tmp_path) -> None:
     add, conv = (runs[k][0][0] - masked for k in ("add", "conv"))
     assert conv - add and add != conv
     assert stats["placed"] > 0  # generated code got fresh addresses
+    assert stats["slabs_near"] > 0 and stats["slabs_far"] == 0  # every Stalker slab in its window
 
 
 _JIT_CHILD = r"""

@@ -101,9 +101,10 @@ class WorkerHandle:
     # -- lifecycle ---------------------------------------------------------------
     def start(self) -> dict[str, Any]:
         """Start the worker if it is not running; returns its hello reply. A worker that dies
-        while starting (before its hello) is started again, START_TRIES times in all: under the
-        binary collector following TVM's library, about two starts in five died in Frida's
-        translated code while the libraries loaded, and a fresh process gets past it."""
+        while starting (before its hello) is started again, START_TRIES times in all: a safety
+        net. Under the binary collector following TVM's library, about two starts in five died
+        in Frida's translated code (Stalker linked jumps between slabs placed over 2 GB apart)
+        until the agent kept each context's slabs together (`coverage/binary_agent.py`)."""
         if self.proc is not None and self.proc.poll() is None:
             return self.ready
         for tries in range(1, START_TRIES + 1):

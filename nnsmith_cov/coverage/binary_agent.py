@@ -55,6 +55,21 @@ preserve the upper halves of zmm0-15, which corrupts results computed by AVX-512
 kernels. Some of those checks run lazily, at the first session, so the first session
 must be created on the measuring thread (the worker's self-check does that).
 
+Slabs. Stalker writes a thread's translated code into 4 MiB slabs, each placed within 2 GiB of the
+thread's context but not of each other: two slabs can lie up to 4 GiB apart. A jump it backpatches
+from a block in one slab to a block in another then takes the 16-byte absolute form, written into
+room left for a 5-byte relative jump, over the code that follows (the taken side of a conditional
+branch): the next time that side runs, the thread executes the middle of the jump's target address.
+That killed about 2 worker starts in 5 once TVM was followed (its libraries, loaded while the import
+thread is followed, push new mappings gigabytes away from the context; ORT's do not). The agent
+therefore places Stalker's memory itself (`on_mmap`, on libc's mmap from before the first follow):
+when a context asks for its first slab, every free 4 MiB chunk within 1.875 GiB of it is reserved
+(PROT_NONE), the 1.75 GiB span holding the most is kept as its window and the rest given back; its
+slabs then go to the reserved chunks nearest the context, so any two lie less than 2 GiB apart, and
+libraries loaded later cannot take the space first (the cost: up to 1.75 GiB of address space per
+context, which counts against `--worker-mem-mb`). `stats()` counts the requests
+placed (`slabs_near`) and those a full window left to Stalker (`slabs_far`, 0 in practice).
+
 params (all addresses as decimal strings; `start` holds ELF virtual addresses at `init`, and at
 `locate` the followed modules' function ranges at their load addresses, with `base` 0 and
 [`lo`, `hi`) spanning their mappings):
@@ -69,6 +84,8 @@ BUCKET_BITS = 16  # 65,536 buckets of 4 entries: room for the ~100k blocks a wor
 FRESH_CODE_BASE = 0x100000000000  # where generated code is placed, ever upwards (see placeGeneratedCode)
 
 TRANSFORM_C = r"""
+#include <gum/guminterceptor.h>
+#include <gum/gumspinlock.h>
 #include <gum/gumstalker.h>
 
 #define BUCKET_BITS @BUCKET_BITS@
@@ -76,7 +93,7 @@ TRANSFORM_C = r"""
 
 typedef struct {
   guint64 base, lo, hi, map, n, start, length, slot_base, slot_mask, clear_avx512;
-  guint64 blocks, outside, table, fast_returns;
+  guint64 blocks, outside, table, fast_returns, slabs_near, slabs_far;
 } Params;
 
 extern Params params;
@@ -251,6 +268,173 @@ emit_fast_return (GumX86Writer * cw, gint release)
   params.fast_returns++;
 }
 
+/* Stalker's slabs, kept within one window per context (see "Slabs" above). */
+#define PAGE 4096ull
+#define WINDOW_STEP (4ull << 20)  /* Stalker's slab size: windows are cut into chunks of it */
+#define CHUNKS 448                /* a window: 1.75 GiB, under 2 GiB with room for the largest slab */
+#define REACH 480                 /* chunks either side of a context a window may reach (1.875 GiB) */
+#define MAX_WINDOWS 16
+#define PROT_RWX 7
+#define MAP_PRIVATE_ 0x2
+#define MAP_FIXED_ 0x10
+#define MAP_ANONYMOUS_ 0x20
+#define MAP_NORESERVE_ 0x4000
+#define MAP_FIXED_NOREPLACE_ 0x100000
+
+extern long syscall (long number, ...);
+
+/* `free`: one bit per chunk reserved (PROT_NONE) and not handed out yet; `held` counts them. */
+typedef struct { guint64 lo, hi, ctx, held; guint64 free[CHUNKS / 64]; } Window;
+/* In memory the script allocates: a CModule cannot write its own static data. */
+typedef struct { GumSpinlock lock; guint64 n; Window w[MAX_WINDOWS]; } Windows;
+extern Windows windows;
+
+/* A mapping of `size` at exactly `at`, or 0 when something is there already. */
+static guint64
+map_at (guint64 at, guint64 size, long prot, long flags)
+{
+  long got = syscall (9, at, size, prot, flags | MAP_FIXED_NOREPLACE_, -1L, 0L);
+  if (got == -1)
+    return 0;
+  if ((guint64) got != at)
+  {
+    syscall (11, got, size);  /* a kernel without MAP_FIXED_NOREPLACE took it as a hint */
+    return 0;
+  }
+  return at;
+}
+
+static gboolean
+hold (guint64 at)
+{
+  return map_at (at, WINDOW_STEP, 0, MAP_PRIVATE_ | MAP_ANONYMOUS_ | MAP_NORESERVE_) != 0;
+}
+
+/* Whether `address` lies in a mapping (msync fails with ENOMEM on an unmapped page). */
+static gboolean
+is_mapped (guint64 address)
+{
+  return syscall (26, address & ~(PAGE - 1), PAGE, 1L) == 0;
+}
+
+/* A window for the context at `ctx`: every free chunk within REACH of it is reserved, the span
+   of CHUNKS holding the most (nearest centered on the context among equals) is kept, the rest
+   given back. Reserved at once: libraries loaded later would take the space otherwise. */
+static void
+open_window (Window * w, guint64 ctx)
+{
+  guint8 got[2 * REACH + 1];
+  guint64 base = (ctx & ~(WINDOW_STEP - 1)) - REACH * WINDOW_STEP;
+  for (guint64 j = 0; j <= 2 * REACH; j++)
+    got[j] = hold (base + j * WINDOW_STEP);
+  guint64 count = 0, best = 0, best_at = REACH - CHUNKS / 2;
+  for (guint64 j = 0; j < CHUNKS; j++)
+    count += got[j];
+  for (guint64 s = 0; s + CHUNKS <= 2 * REACH + 1; s++)
+  {
+    if (s > 0)
+      count += got[s + CHUNKS - 1] - got[s - 1];
+    guint64 off = s > REACH - CHUNKS / 2 ? s - (REACH - CHUNKS / 2) : (REACH - CHUNKS / 2) - s;
+    guint64 best_off = best_at > REACH - CHUNKS / 2 ? best_at - (REACH - CHUNKS / 2) : (REACH - CHUNKS / 2) - best_at;
+    if (count > best || (count == best && off < best_off))
+    {
+      best = count;
+      best_at = s;
+    }
+  }
+  w->lo = base + best_at * WINDOW_STEP;
+  w->hi = w->lo + CHUNKS * WINDOW_STEP;
+  w->ctx = ctx;
+  w->held = 0;
+  for (guint64 j = 0; j <= 2 * REACH; j++)
+  {
+    if (!got[j])
+      continue;
+    if (j >= best_at && j < best_at + CHUNKS)
+    {
+      w->free[(j - best_at) / 64] |= 1ull << ((j - best_at) % 64);
+      w->held++;
+    }
+    else
+      syscall (11, base + j * WINDOW_STEP, WINDOW_STEP);
+  }
+}
+
+/* The reserved chunk nearest the context for a request of `size` (at most a chunk), the rest of
+   the chunk given back; 0 when the window has none left (chunks freed since are held anew). */
+static guint64
+take (Window * w, guint64 size)
+{
+  if (size > WINDOW_STEP)
+    return 0;
+  if (w->held == 0)
+    for (guint64 i = 0; i < CHUNKS; i++)
+      if (hold (w->lo + i * WINDOW_STEP))
+      {
+        w->free[i / 64] |= 1ull << (i % 64);
+        w->held++;
+      }
+  gint64 c = ((gint64) w->ctx - (gint64) w->lo) / (gint64) WINDOW_STEP;
+  c = c < 0 ? 0 : (c >= CHUNKS ? CHUNKS - 1 : c);
+  for (gint64 k = 0; k < 2 * CHUNKS; k++)
+  {
+    gint64 i = (k & 1) ? c - (k + 1) / 2 : c + k / 2;
+    if (i < 0 || i >= CHUNKS || !((w->free[i / 64] >> (i % 64)) & 1))
+      continue;
+    w->free[i / 64] &= ~(1ull << (i % 64));
+    w->held--;
+    guint64 at = w->lo + (guint64) i * WINDOW_STEP;
+    if (size < WINDOW_STEP)
+      syscall (11, at + size, WINDOW_STEP - size);
+    return at;
+  }
+  return 0;
+}
+
+/* Interceptor's onEnter on libc's mmap, on every thread. Stalker asks for its slabs near its
+   context (code) or near its latest code slab (data), as anonymous mappings with that hint: the
+   first executable one asked near a mapped address no window knows opens a window for it. */
+void
+on_mmap (GumInvocationContext * ic)
+{
+  guint64 hint = (guint64) gum_invocation_context_get_nth_argument (ic, 0);
+  guint64 size = ((guint64) gum_invocation_context_get_nth_argument (ic, 1) + PAGE - 1) & ~(PAGE - 1);
+  long prot = (long) (guint32) (gsize) gum_invocation_context_get_nth_argument (ic, 2);
+  long flags = (long) (guint32) (gsize) gum_invocation_context_get_nth_argument (ic, 3);
+  guint64 from = (guint64) gum_invocation_context_get_return_address (ic);
+  if (hint == 0 || (flags & (MAP_ANONYMOUS_ | MAP_FIXED_ | MAP_FIXED_NOREPLACE_)) != MAP_ANONYMOUS_)
+    return;
+  if (from >= params.lo && from < params.hi)
+    return;  /* the followed modules' own: placeGeneratedCode's to place */
+  Window * w = NULL;
+  guint64 at = 0;
+  gum_spinlock_acquire (&windows.lock);
+  for (guint64 i = 0; i < windows.n && w == NULL; i++)
+  {
+    Window * x = &windows.w[i];
+    if ((hint >= x->lo && hint < x->hi) || (hint >= x->ctx && hint < x->ctx + WINDOW_STEP))
+      w = x;
+  }
+  if (w == NULL && prot == PROT_RWX && windows.n < MAX_WINDOWS && hint > REACH * WINDOW_STEP &&
+      is_mapped (hint))
+  {
+    w = &windows.w[windows.n++];
+    open_window (w, hint);
+  }
+  if (w != NULL)
+    at = take (w, size);
+  gum_spinlock_release (&windows.lock);
+  if (at != 0)
+  {
+    /* the call maps the place over the reservation (MAP_FIXED) */
+    gum_invocation_context_replace_nth_argument (ic, 0, (gpointer) at);
+    gum_invocation_context_replace_nth_argument (ic, 3, (gpointer) (gsize) (flags | MAP_FIXED_));
+    params.slabs_near++;
+  }
+  else if (w != NULL)
+    params.slabs_far++;  /* a full window: Stalker places it, possibly too far */
+}
+
 void
 transform (GumStalkerIterator * iterator, GumStalkerOutput * output, gpointer user_data)
 {
@@ -294,10 +478,12 @@ AGENT_JS = r"""
 'use strict';
 const SOURCE = %s;
 const TABLE_BYTES = %d;
+const WINDOWS_BYTES = 16 + 88 * 16;  // struct Windows: a lock, a count, 16 windows of 88 bytes
 const FRESH_CODE_BASE = '%s';
 let cm = null;
 let params = null;
 let table = null;  // held here: memory from Memory.alloc is freed with its last JS reference
+let windows = null;  // on_mmap's windows, held likewise
 let importTid = 0;
 let tid = 0;
 
@@ -333,16 +519,20 @@ function placeGeneratedCode(lo, hi) {
 
 rpc.exports = {
   init(p) {
-    params = Memory.alloc(14 * 8);
+    params = Memory.alloc(16 * 8);
     table = Memory.alloc(TABLE_BYTES);
     params.add(96).writePointer(table);
     fill(p);
-    cm = new CModule(SOURCE, { params });
+    windows = Memory.alloc(WINDOWS_BYTES);
+    windows.writeByteArray(new Array(WINDOWS_BYTES).fill(0));
+    cm = new CModule(SOURCE, { params, windows, syscall: Module.getGlobalExportByName('syscall') });
     new NativeFunction(cm.clear_table, 'void', [])();
     // Trusted from the first run: blocks are linked to each other at once instead of after a
     // second pass through Stalker. Nothing followed rewrites its own code (see the README for
     // backends that generate code).
     Stalker.trustThreshold = 0;
+    // Before the first follow, so that every slab of every context is placed (see on_mmap).
+    Interceptor.attach(Module.getGlobalExportByName('mmap'), { onEnter: cm.on_mmap });
     importTid = p.tid;
     Stalker.follow(importTid, { transform: cm.transform, data: ptr(0) });
     return Process.arch;
@@ -358,7 +548,10 @@ rpc.exports = {
   },
   stats() {
     const read = (k) => params.add(8 * k).readU64().toNumber();
-    return { blocks: read(10), outside: read(11), fast_returns: read(13), placed };
+    return {
+      blocks: read(10), outside: read(11), fast_returns: read(13), placed,
+      slabs_near: read(14), slabs_far: read(15),
+    };
   },
   stop() {
     if (tid) {
