@@ -1,16 +1,22 @@
-"""Issue 29: cheaper binning checks, and fixed-rank ops reached through a Reshape bridge."""
+"""Issue 29: cheaper binning checks, fixed-rank ops reached through a Reshape bridge, ops of
+dtypes no value has through a Cast bridge."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
+import torch
 import z3
 
 from nnsmith_cov.abstract.choice import ChoiceSource
 from nnsmith_cov.abstract.dtype import DType
 from nnsmith_cov.abstract.symbols import context, fresh_context, int_sym
 from nnsmith_cov.abstract.tensor import AbsTensor
+from nnsmith_cov.gen.feasibility.layout import triangle
 from nnsmith_cov.gen.generator import GenConfig, GenerationError, generate
-from nnsmith_cov.gen.reach import BRIDGE_OP, backward_ranks
+from nnsmith_cov.gen.graph_ir import DEFAULT_OPSET
+from nnsmith_cov.gen.reach import BRIDGE_OP, backward_ranks, bridge_for
 from nnsmith_cov.gen.solver import BudgetSolver, _rlimit_count
 from nnsmith_cov.ops import ALL_OPS
 
@@ -59,7 +65,11 @@ def test_backward_ranks_follow_the_class():
     assert backward_ranks(BY_NAME["MaxPool1d"]) == {3}
     assert backward_ranks(BY_NAME["PixelShuffle"]) == {4}
     assert backward_ranks(BY_NAME["Relu"]) == set(range(6))
-    assert backward_ranks(BY_NAME["Reshape"]) is None  # its in_ranks_for draws
+    assert backward_ranks(BY_NAME["Reshape"]) is None  # any rank
+    # Ops with their own in_ranks_for: the ranks for which it answers.
+    assert backward_ranks(BY_NAME["Addmm"]) == {2}
+    assert backward_ranks(BY_NAME["AffineGrid"]) == {4, 5}
+    assert backward_ranks(BY_NAME["Flatten"]) == set(range(1, 6))
 
 
 def test_a_bridge_brings_a_fixed_rank_op_into_more_graphs():
@@ -138,3 +148,72 @@ def test_a_bridge_is_a_linear_reshape():
         g = generate(GenConfig(nodes=6, ops=ops, bridge_prob=1.0), seed).graph
         bridged += sum("units" in inst.attrs for inst in g.insts if inst.op == BRIDGE_OP)
     assert bridged >= 2
+
+
+def test_a_cast_bridge_comes_from_a_dtype_the_op_takes():
+    ops = [BY_NAME[n] for n in ("Abs", "BitShift", "CastF32", "CastI64", BRIDGE_OP)]
+    f32 = DType.float32
+    br = bridge_for(
+        BY_NAME["BitShift"], {f32}, [(f32, 2), (DType.float16, 3)], ops, DEFAULT_OPSET, 1.0, ChoiceSource(0)
+    )
+    # Backward onto the float32 placeholder (the only dtype a Cast in `ops` makes), from uint8.
+    assert br is not None and br.op is BY_NAME["CastF32"] and not br.forward
+    assert br.dtype is DType.uint8 and br.then is BY_NAME["BitShift"]
+    # No Cast to a placeholder's dtype: no bridge, and nothing drawn.
+    draw = ChoiceSource(0)
+    assert bridge_for(BY_NAME["BitShift"], {f32}, [(DType.float16, 2)], ops, DEFAULT_OPSET, 1.0, draw) is None
+    assert not draw.record
+    # A dtype the graph has, of another rank: a Reshape to the rank every data input takes.
+    rank = bridge_for(BY_NAME["Addmm"], {f32}, [(f32, 4)], ops, DEFAULT_OPSET, 1.0, ChoiceSource(0))
+    assert rank is not None and rank.op is BY_NAME[BRIDGE_OP] and rank.forward and rank.rank == 2
+
+
+def test_a_cast_bridge_brings_an_op_of_a_missing_dtype_into_more_graphs():
+    # BitShift takes uint8 only; Abs and Relu keep the first placeholder's dtype, and the
+    # Casts, seldom drawn, seldom bring uint8 in: without a bridge BitShift reaches only
+    # graphs that start in uint8.
+    casts = ("CastF16", "CastF32", "CastF64", "CastI32", "CastI64", "CastBool")
+    ops = [BY_NAME[n] for n in ("Abs", "Relu", "BitShift", *casts)]
+    rare = dict.fromkeys(casts, 0.05)
+    shifts = {0.0: 0, 1.0: 0}
+    bridged = 0
+    for prob in shifts:
+        for seed in range(12):
+            g = generate(GenConfig(nodes=6, ops=ops, bridge_prob=prob, op_weights=rare), seed).graph
+            shifts[prob] += sum(i.op == "BitShift" for i in g.insts)
+            # The bridge: a Cast reading a uint8 value that a BitShift also reads.
+            u8 = {v for i in g.insts if i.op in casts for v in i.inputs if g.types[v].dtype is DType.uint8}
+            bridged += prob == 1.0 and any(i.op == "BitShift" and u8 & set(i.inputs) for i in g.insts)
+    assert shifts[1.0] > shifts[0.0]
+    assert bridged >= 2
+
+
+def test_a_backward_try_without_a_placeholder_goes_forward():
+    moved = 0
+    for seed in range(6):
+        rec = generate(GenConfig(nodes=10, ops=ALL_OPS), seed).record
+        ways = [bool(v) for label, v in rec.draws[: rec.insert_draws] if label == "forward"]
+        done = [w for w, ok in zip(ways, rec.try_ok) if ok == "1"]
+        assert len(done) == len(rec.directions)
+        moved += sum(not w and d == "forward" for w, d in zip(done, rec.directions))
+    assert moved >= 1
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (2, 4, 4), (1, 2, 6, 3), (5, 1), (1, 7)])
+def test_the_analysis_triangle_is_torchs(shape):
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(len(shape)))
+    for d in range(-7, 8):
+        assert torch.equal(triangle("Tril", d, x), torch.tril(x, d))
+        assert torch.equal(triangle("Triu", d, x), torch.triu(x, d))
+    inf = torch.tensor(math.inf).expand(shape)  # bounds: infinities stay, zeros come in
+    assert torch.equal(triangle("Triu", 1, inf), torch.triu(inf, 1))
+
+
+def test_positive_makes_the_terms_the_operators_make():
+    with fresh_context():
+        t = AbsTensor([int_sym("a"), 3, int_sym("b") * 2, 0], DType.float32)
+        fast = t.positive()
+        assert fast[1] is True and fast[3] is False
+        for got, d in zip(fast, t.shape):
+            if isinstance(d, z3.ExprRef):
+                assert got.eq(d >= 1)

@@ -96,6 +96,9 @@ class OpSpec:
     # ONNX admits that dtype only later (an exporter/ONNX fact, checked by the spec tests).
     min_opset: ClassVar[int] = MIN_OPSET
     min_opset_for: ClassVar[dict[DType, int]] = {}
+    # Operand index -> its first dim the exporter must know as a number (a convolution's
+    # kernel dims): the export plan keeps the model-input dims behind them static.
+    export_static_dims: ClassVar[dict[int, int]] = {}
     # ONNX forms the op can be exported in, drawn under the label FORM_DRAW (empty: one form)
     FORMS: ClassVar[tuple[str, ...]] = ()
     FORM_DRAW: ClassVar[str] = ""

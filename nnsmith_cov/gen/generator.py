@@ -23,8 +23,9 @@ from nnsmith_cov.abstract.tensor import AbsTensor
 from nnsmith_cov.gen.binning import BinChoice, BinFitter, weights_for
 from nnsmith_cov.gen.feasibility import prove_infeasible
 from nnsmith_cov.gen.graph_ir import DEFAULT_OPSET, GraphIR, Inst
-from nnsmith_cov.gen.reach import BRIDGE_OP, backward_ranks, bridge_for
+from nnsmith_cov.gen.reach import Bridge, backward_ranks, bridge_for
 from nnsmith_cov.gen.solver import BudgetSolver, SolverTimeout
+from nnsmith_cov.materialize.export_plan import static_input_dims
 
 # Rank of the first placeholder: mostly 2-4, as real models are.
 _FIRST_RANK_WEIGHTS = (1, 2, 3, 4, 4, 1)
@@ -80,7 +81,9 @@ class GenConfig:
     # The Reshape only merges dims or adds unit dims (`Reshape.linear`), so Z3 gets no
     # product equation from it. At 0.3 (500 seeds, 10 nodes) the ops below a third of
     # their fair share go from 10 to 3 (BitShift and Addmm: few dtypes; MaxPool1d just
-    # under) for 18% more Z3 work; at 1.0 Reshape takes ten times its fair share.
+    # under) for 18% more Z3 work; at 1.0 Reshape takes ten times its fair share. An op of
+    # a dtype no value has (BitShift: uint8) gets, with the same probability, a Cast from
+    # that dtype inserted backward (a new placeholder of it), then the op.
     bridge_prob: float = 0.3
     timeout_ms: int = 60_000
     max_tries_per_node: int = 30
@@ -207,6 +210,7 @@ class _Builder:
         self.values: list[_Value] = []
         self.nodes: list[_Node] = []
         self._sym_count = 0
+        self.no_target = False  # the last insertion found no value (placeholder) it fits
 
     # -- symbols -------------------------------------------------------------------
     def fresh_tensor(self, dtype: DType, rank: int) -> AbsTensor:
@@ -236,7 +240,8 @@ class _Builder:
 
     def forward(self, op: OpSpec, dtypes: frozenset[DType] | None = None) -> bool:
         """Insert `op` after existing values; `dtypes`, when given, limits its inputs to
-        values of those dtypes (a bridge feeding a fixed-rank op: see `_generate`)."""
+        values of those dtypes (a bridge feeding a fixed-rank op: see `_generate`). `no_target`
+        tells afterwards whether no value fitted any signature (nothing was drawn)."""
         sigs = []
         for sig in op.sigs:
             if not self.exportable(op, sig[0][0]) or (dtypes is not None and sig[0][0] not in dtypes):
@@ -252,6 +257,7 @@ class _Builder:
                 cands.append(match)
             else:
                 sigs.append((sig, cands))
+        self.no_target = not sigs
         if not sigs:
             return False
         sig, cands = self.draw.choice("fwd.sig", sigs)
@@ -291,11 +297,18 @@ class _Builder:
         self.nodes.append(_Node(op, node_inputs, out_ids))
         return True
 
-    def backward(self, op: OpSpec) -> bool:
+    def backward(self, op: OpSpec, ranks: frozenset[int] | None = None, in_dtype: DType | None = None) -> bool:
+        """Insert `op` before a placeholder; `ranks` and `in_dtype`, when given, limit the
+        placeholder's rank and the op's first input dtype (a Cast bridge: see `_generate`).
+        `no_target` tells afterwards whether no placeholder fitted (nothing was drawn)."""
+        self.no_target = True
         if op.n_outputs() != 1:
             return False
+        if in_dtype is not None:  # this instance's signatures only
+            op.sigs = [s for s in op.sigs if s[0][0] == in_dtype]
         out_dtypes = {s[1][0] for s in op.sigs}
-        ranks = backward_ranks(type(op))
+        if ranks is None:
+            ranks = backward_ranks(type(op))
         cands = [
             v
             for v in self.placeholders()
@@ -303,6 +316,7 @@ class _Builder:
         ]
         if not cands:
             return False
+        self.no_target = False
         target = self.draw.choice("bwd.placeholder", cands)
         tt = self.values[target].tensor
         slots = op.infer_input_types(self.draw, (tt.dtype, tt.rank))
@@ -490,27 +504,26 @@ def _generate(
             raise GenerationError("first placeholder unsatisfiable")
         b.values.append(_Value(first))
         uid = 0
-        # No bridges with forward_prob 0 (a bridge and the op after it go forward), nor where
-        # the scheduler's weights leave Reshape out; nothing drawn for them with bridge_prob 0.
-        bridge_op = next((o for o in ops if o.name() == BRIDGE_OP), None)
+        # No bridges with forward_prob 0 (the op after a bridge goes forward), no Cast bridge
+        # with 1 (it goes backward), none of ops the scheduler's weights leave out; nothing
+        # drawn for them with bridge_prob 0.
+        bridge_ops = [o for o in ops if not cfg.op_weights or cfg.op_weights.get(o.name(), 1.0) > 0]
         if cfg.forward_prob <= 0 or cfg.bridge_prob <= 0:
-            bridge_op = None
-        if bridge_op is not None and cfg.op_weights and cfg.op_weights.get(BRIDGE_OP, 1.0) <= 0:
-            bridge_op = None
-        # A pending bridge: (the fixed-rank op, dtypes its first input takes, the rank); then
-        # `follow`, that op, in the try after a bridge that went in.
-        bridge: tuple[type[OpSpec], frozenset[DType], int] | None = None
+            bridge_ops = []
+        # A pending bridge (`gen.reach`); then `follow`, the op it is for, in the try after a
+        # bridge that went in.
+        bridge: Bridge | None = None
         follow: type[OpSpec] | None = None
         while len(b.nodes) < cfg.nodes and record.tries < cfg.nodes * cfg.max_tries_per_node:
             record.tries += 1
             if bridge is not None or follow is not None:
-                # Drawn with all weight on one op, so every try still starts with an "op" draw
-                # (mutation splits a graph's draws into tries there); a mutant's replay may
-                # change it, and then the try is an ordinary one.
-                want = bridge_op if bridge is not None else follow
+                # Drawn with all weight on one op and direction, so every try still starts with
+                # an "op" draw (mutation splits a graph's draws into tries there); a mutant's
+                # replay may change them, and then the try is an ordinary one.
+                want, way = (bridge.op, bridge.forward) if bridge is not None else (follow, True)
                 cls = draw.choice("op", ops, [float(o is want) for o in ops])
-                forward = draw.coin("forward", 1.0)
-                if cls is not want or not forward:
+                forward = draw.coin("forward", float(way))
+                if cls is not want or forward != way:
                     bridge = None
                 follow = None
             else:
@@ -519,18 +532,35 @@ def _generate(
             op = cls(uid)
             checks = solver.checks
             try:
-                if bridge is not None:
-                    op.out_rank = bridge[2]  # Reshape takes it as its output rank
+                if bridge is not None and bridge.rank is not None:
+                    op.out_rank = bridge.rank  # Reshape takes it as its output rank
                     op.linear = True  # unit dims and merges only: no product equation for Z3
-                    ok = b.forward(op, bridge[1])
+                    ok = b.forward(op, bridge.dtypes)
+                elif bridge is not None:
+                    ok = b.backward(op, bridge.ranks, bridge.dtype)
                 else:
                     ok = b.forward(op) if forward else b.backward(op)
+                    # No value (placeholder) of a dtype and rank it takes: the other way may
+                    # have one (a value an op made; a placeholder of its output's rank, as
+                    # AffineGrid's 4 or 5 from 3). Half the tries of fixed-rank ops ended here.
+                    if not ok and b.no_target and 0 < cfg.forward_prob < 1:
+                        forward = not forward
+                        ok = b.forward(op) if forward else b.backward(op)
             except SolverTimeout:
                 break  # keep what fits in the budget
             if bridge is not None:
-                follow, bridge = (bridge[0] if ok else None), None
-            elif not ok and solver.checks == checks and bridge_op is not None and len(b.nodes) + 2 <= cfg.nodes:
-                bridge = bridge_for(cls, {v.tensor.dtype for v in b.values}, b.opset, cfg.bridge_prob, draw)
+                follow, bridge = (bridge.then if ok else None), None
+            elif not ok and solver.checks == checks and bridge_ops and len(b.nodes) + 2 <= cfg.nodes:
+                bridge = bridge_for(
+                    cls,
+                    {v.tensor.dtype for v in b.values},
+                    [(b.values[v].tensor.dtype, b.values[v].tensor.rank) for v in b.placeholders()],
+                    bridge_ops,
+                    b.opset,
+                    cfg.bridge_prob,
+                    draw,
+                    backward=cfg.forward_prob < 1,
+                )
             record.try_ok += "1" if ok else "0"
             if ok:
                 uid += 1
@@ -561,7 +591,9 @@ def _plan_export(cfg: GenConfig, draw: ChoiceSource, graph: GraphIR, record: Gen
     """Draw whether the graph's inputs get symbolic dims in the ONNX signature, and which,
     then whether the backends compile it from their IR's text (nothing is drawn with a
     probability of 0); record the plan."""
-    dims = [(v, d) for v in graph.inputs for d in range(len(graph.types[v].shape))]
+    # Dims whose size the exporter must read (a kernel's, an adaptive pool's input) stay static.
+    fixed = static_input_dims(graph, {o.name(): o for o in cfg.ops}.__getitem__) if cfg.dynamic_prob else set()
+    dims = [(v, d) for v in graph.inputs for d in range(len(graph.types[v].shape)) if (v, d) not in fixed]
     if cfg.dynamic_prob > 0.0 and dims and draw.coin("export.dynamic", cfg.dynamic_prob):
         forced = draw.index("export.dynamic_dim", len(dims))
         graph.dynamic = [p for i, p in enumerate(dims) if i == forced or draw.coin("export.dim", DYNAMIC_DIM_PROB)]

@@ -14,21 +14,30 @@ from nnsmith_cov.abstract.op import ANY_RANK, Attrs, Broadcast, Slot, into, same
 from nnsmith_cov.abstract.op_facts import Domain, Monotone
 from nnsmith_cov.ops.onnx_node import as_node, integers
 
+# ONNX's own schemas, not the exporter's: below these opsets the exporter wraps such
+# integers in Casts only where it still knows the operand's dtype (after a Concat, or with
+# symbolic dims, it does not) and otherwise writes a node ONNX refuses.
+_SMALL_INT_ARITH = {DType.int8: 14, DType.uint8: 14}  # Add, Sub, Mul take int8/uint8 from 14
+_INT_MAX_MIN = {d: 12 for d in INTS}  # Max, Min take integers from 12
+
 
 class Add(Broadcast):
     monotone = Monotone.RISING
     sigs = same(NUMERIC, 2)
     torch_fn = torch.add
+    min_opset_for = _SMALL_INT_ARITH
 
 
 class Sub(Broadcast):
     sigs = same(NUMERIC, 2)
     torch_fn = torch.sub
+    min_opset_for = _SMALL_INT_ARITH
 
 
 class Mul(Broadcast):
     sigs = same(NUMERIC, 2)
     torch_fn = torch.mul
+    min_opset_for = _SMALL_INT_ARITH
 
 
 class Div(Broadcast):
@@ -60,12 +69,14 @@ class Max(Broadcast):
     monotone = Monotone.MOVES
     sigs = same(NUMERIC, 2)
     torch_fn = torch.maximum
+    min_opset_for = _INT_MAX_MIN
 
 
 class Min(Broadcast):
     monotone = Monotone.MOVES
     sigs = same(NUMERIC, 2)
     torch_fn = torch.minimum
+    min_opset_for = _INT_MAX_MIN
 
 
 class Equal(Broadcast):

@@ -32,6 +32,7 @@ class _Conv(Window):
     slow_in_f16 = True
     sigs = same(FLOATS, 3)
     param_inputs = (1, 2)
+    export_static_dims = {1: 2}  # the exporter reads the kernel size from the weight
     attrs = {"groups": SIZE}
     per_dim = {"stride": SIZE, "padding": PAD, "dilation": SIZE}
     FORMS = ("bias", "add")

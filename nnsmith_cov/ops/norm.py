@@ -133,7 +133,9 @@ class LayerNorm(Layer):
 
     @staticmethod
     def forward(a: Attrs, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return F.layer_norm(x, tuple(w.shape), w, b)
+        # The shape from the GraphIR, not from `w`: with symbolic input dims the exporter
+        # traces w.shape into Shape/Gather nodes, and layer_norm needs it constant.
+        return F.layer_norm(x, tuple(a.in_types[1].shape), w, b)
 
 
 class LocalResponseNorm(Elementwise):

@@ -93,6 +93,7 @@ class _AdaptivePool2d(Layer):
     sigs = same(FLOATS)
     in_ranks = ((4,),)
     attrs = {"out_h": SIZE, "out_w": SIZE}
+    export_static_dims = {0: 2}  # the exporter derives the fixed window from H and W
 
     def requires(self, x: list[AbsTensor]) -> list[z3.BoolRef]:
         h, w = x[0].shape[2:]

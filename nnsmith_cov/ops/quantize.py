@@ -2,10 +2,15 @@
 
 torch's fake-quantize kernels and ONNX's float scale take float32 only. The exporter
 accepts the quantized ranges 0..255 (uint8), -128..127 (int8) and 0..127 (uint8 and a
-Clip); the zero point lies in the range.
+Clip); the zero point lies in the range. It refuses 0..127 below opset 13, so that range is
+written by `_Clipped` at every opset: the exporter's own nodes where ONNX's Clip takes
+uint8 (12 on), and below that a float Clip after the dequantization (the same values: the
+bounds lie on the grid).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
@@ -19,6 +24,29 @@ from nnsmith_cov.abstract.op_facts import Monotone
 # differently (a whole quantum apart at a tie) unless the scale is a power of two.
 _SCALES = (2.0**-6, 2.0**-4, 2.0**-2, 0.5, 1.0)
 _RANGES = ((0, 255), (-128, 127), (0, 127))
+
+
+class _Clipped(torch.autograd.Function):
+    """fake_quantize_per_tensor_affine over 0..127, in an export: QuantizeLinear to uint8,
+    the clip to 127, DequantizeLinear."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, scale: float, zero: int) -> torch.Tensor:
+        return torch.fake_quantize_per_tensor_affine(x, scale, zero, 0, 127)
+
+    @staticmethod
+    def symbolic(g: Any, x: Any, scale: float, zero: int) -> Any:
+        s = g.op("Constant", value_t=torch.tensor(scale, dtype=torch.float32))
+        z = g.op("Constant", value_t=torch.tensor(zero, dtype=torch.uint8))
+        q = g.op("QuantizeLinear", x, s, z)
+        if g.opset >= 12:  # as the exporter writes it from 13
+            none = g.op("prim::Constant")
+            none.setType(torch._C.OptionalType.ofTensor())
+            q = g.op("Clip", q, none, g.op("Constant", value_t=torch.tensor(127, dtype=torch.uint8)))
+            return g.op("DequantizeLinear", q, s, z)
+        top = g.op("Constant", value_t=torch.tensor((127 - zero) * scale, dtype=torch.float32))
+        low = g.op("Constant", value_t=torch.tensor(-zero * scale, dtype=torch.float32))
+        return g.op("Clip", g.op("DequantizeLinear", q, s, z), low, top)
 
 
 class FakeQuantize(Elementwise):
@@ -36,6 +64,8 @@ class FakeQuantize(Elementwise):
 
     @staticmethod
     def forward(a: Attrs, x: torch.Tensor) -> torch.Tensor:
+        if (a.lo, a.hi) == (0, 127) and torch.onnx.is_in_onnx_export():
+            return _Clipped.apply(x, a.scale, a.zero)
         return torch.fake_quantize_per_tensor_affine(x, a.scale, a.zero, a.lo, a.hi)
 
     @classmethod

@@ -23,10 +23,12 @@ _CRASH = re.compile(
 )
 # The exporter refusing what a spec asked of it: an op it cannot write for the graph's dims
 # or opset ("Unsupported: ONNX export of ..."), or ONNX's checker rejecting a dtype the spec
-# admitted at that opset ("has unsupported type: tensor(int8)").
+# admitted at that opset ("has unsupported type: tensor(int8)"), or a value the spec computes
+# in the graph where the exporter needs a constant (its only "Failed to export a node '...'"
+# ends "because it is not constant" on a later line than the finding keeps).
 _EXPORT_REFUSAL = re.compile(
     r"Unsupported: ONNX export|UnsupportedOperatorError|has unsupported type|is not supported in opset"
-    r"|Exporting the operator .* is not supported"
+    r"|Exporting the operator .* is not supported|Failed to export a node '"
 )
 # The ONNX operator a backend names in its refusal: ORT ("Could not find an implementation
 # for Clip(11) node with name '/Clip'") and TVM ("not supported for frontend ONNX: Celu").

@@ -3,6 +3,7 @@ run through ops monotone in each input, and what they tell of a value's range.""
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import replace
 
@@ -12,6 +13,7 @@ from nnsmith_cov.abstract.dtype import DType
 from nnsmith_cov.abstract.op_facts import Monotone
 from nnsmith_cov.gen.feasibility.elementwise import UNARY, unary_map
 from nnsmith_cov.gen.feasibility.facts import Infeasible, Range, point, stored
+from nnsmith_cov.gen.feasibility.layout import triangle
 from nnsmith_cov.gen.feasibility.values import MAX_VALUES, of_values
 from nnsmith_cov.gen.graph_ir import Inst
 from nnsmith_cov.ops import ALL_OPS, op_by_name
@@ -110,6 +112,10 @@ def _monotone_cast(name: str, a) -> bool:
     return name.startswith("Cast") and a["out_types"][0].dtype.is_float
 
 
+def _triangle_of(name: str, a, x: torch.Tensor) -> torch.Tensor:
+    return triangle(name, a.diagonal, x)
+
+
 def _box_of(inst: Inst, a, ins: list[Range]) -> list[Box] | None:
     """Per-element bounds of the outputs of `inst`, from its inputs' boxes (or ranges)."""
     name = inst.op
@@ -138,6 +144,8 @@ def _box_of(inst: Inst, a, ins: list[Range]) -> list[Box] | None:
         boxes.append(_box(t, r, dt))
     spec = op_by_name(name)
     fwd = spec.forward
+    if name in ("Tril", "Triu"):
+        fwd = functools.partial(_triangle_of, name)
     dom = unary_map(name)[2] if name in UNARY else None
     trend = spec.monotone_for(a)
     try:

@@ -27,6 +27,16 @@ def triangle_zeros(name: str, a, shape: tuple[int, ...]) -> bool:
     return -(rows - 1) < a.diagonal  # Triu: zero where col - row < diagonal
 
 
+def triangle(name: str, diagonal: int, x: torch.Tensor) -> torch.Tensor:
+    """Tril/Triu of x by a mask of its last two dims: what torch.tril/triu compute, without
+    their kernels, which take ~20 ms for any size on a busy machine (the analysis runs them
+    on per-element bounds)."""
+    rows = torch.arange(x.shape[-2]).unsqueeze(-1)
+    off = torch.arange(x.shape[-1]) - rows  # col - row
+    keep = off <= diagonal if name == "Tril" else off >= diagonal
+    return torch.where(keep, x, torch.zeros((), dtype=x.dtype))
+
+
 def triangle_keeps(name: str, a, shape: tuple[int, ...]) -> bool:
     """Whether Tril/Triu keeps at least one element (col - row ranges over [1 - rows, cols - 1])."""
     rows, cols = shape[-2], shape[-1]
