@@ -10,38 +10,53 @@ per test (`Scheduler.cost` is 1), so the numbers depend on the seeds alone, not 
 
     python scripts/bench_chain.py --seeds 1-12 --budget 150 --modes on,off-var
 
-Measured (issue 27's steering study, seeds 1-12; "-": not within the budget):
+Measured (issue 27, seeds 1-12; "-": not within the budget). Before: `on` drew among grow and
+six edits of the parent's draws (op swap, attribute, dtype/rank, insert, delete, splice). After:
+`on` draws between grow and ``extend`` (new ops on the output of the entry's frontier op, see
+`nnsmith_cov/feedback/mutate.py`); `off-var` is unchanged (same numbers before and after).
 
     budget 150          1   2   3   4   5   6   7   8   9  10  11  12  found median
-    on                 90  70   -   -  49  93   -  86   -   -  61 103   7/12   98
+    on (before)        90  70   -   -  49  93   -  86   -   -  61 103   7/12   98
+    on (after)          -  17  22  36 102  22   - 145  24 137  54   5  10/12   45
     off-var           105   -   6   4  20  90   -   -  54  20  19 127   9/12   72
     off                 -   -   -  94   -   -   -   -   -   -   -   -   1/12  151
     budget 300
-    on                 90  70 284   -  49  93   -  86   -   -  61 103   8/12   98
+    on (before)        90  70 284   -  49  93   -  86   -   -  61 103   8/12   98
+    on (after)        201  17  22  36 102  22 154 145  24 137  54   5  12/12   45
     off-var           105 199   6   4  20  90 241   -  54  20  19 127  11/12   72
-    on-nomut            - 128   -  24   -   6 260 195 249  12 263 194   9/12  222
+    on-nomut (before)   - 128   -  24   -   6 260 195 249  12 263 194   9/12  222
 
-Variants of `on` (budget 150), each tried by patching the scheduler or the seed pool:
+    seeds             13  14  15  16  17  18  19  20  21  22  23  24
+    budget 150
+    on (after)          -   -  55   -  82   -   2  80   -  42  51 136   7/12  109
+    off-var            82  85   1  32   1 120   -   -   -   - 139   -   7/12  129.5
+    budget 300
+    on (after)          -   -  55 244  82 271   2  80   -  42  51 136   9/12  109
+    off-var            82  85   1  32   1 120   -   -   - 166 139   -   8/12  129.5
 
-    seeded floor 0.8k/(k+4)*    -  71   -  28   -   -   -  45   -   -  51   -   4/12
-    1/entries^2, cap 0.6*       - 118   -   - 107   -  64 107   -   7   -   -   5/12
-    fruitless half 32*          - 118   -   - 107   -   - 107  46   7  85   -   6/12
-    1/entries^2*                - 118   -   - 107   -   - 107   -  37   -   -   4/12
-    1/entries^2, half 32*       - 118   -   -   -   -   - 107  47  37   - 109   5/12
-    1/tests reaching           90  70   -   -  49   -   -  86   -   -  61 103   6/12
-    size arm: fresh, grown    118   - 122  57  49   -   -  86   -   -  61 141   7/12
-    never seeded (knobs)        -   -   -  57   -  55   -   5   - 117  63   -   5/12
-    on-nomut*                  33   -   -  15   -  42  69  29  63  25 146   -   8/12
+Over the 24 seeds `on` finds the chain in 17 within 150 tests (off-var 16) and 21 within 300
+(off-var 19), with the lower median on both seed sets (45 against 72, 109 against 129.5):
+ahead, not clearly ahead; the goal of 11/12 at 150 is met on neither set.
+Variants of the after state (budget 150, seeds 1-12):
 
-(*: with one more scheduler draw per test, the seeded floor's coin, so the same seed's draws
-are reshuffled: on-nomut's seed 1 took 33 tests with it and more than 300 without.) `off`
-finds it once in 12; drawing the size uniformly (off-var) does most of what `on` does, and
-none of the variants pulls `on` ahead of it. Why, from the campaigns' records (`on`, seeds 1-8):
-a child of an entry holding Tanh-Sin-Neg made the whole chain in 1 of 51 tries, a child of one
-holding Tanh-Sin the three-op chain in 4 of 65; a fresh graph reached the three-op chain or more
-in 16 of 563. `on`'s fresh tests drew sizes 2 and 4 more often than 6 and 8 (272
-against 187 over seeds 3, 4, 7, 9, 10) though only larger graphs can hold the chain: with a
-handful of interesting tests per campaign the size arm has little to learn from.
+    extend beside the six edits*     -   -   -   -   -  34  83   -   -  59  67  31   5/12
+      (with today's frontier: seeds 1-8 within 300, - 156 - - 210 34 83 -; seeds 13-24
+      within 150, 37 - - - 76 51 126 55 - 40 121 -, 7/12)
+      with extend's prior x4       105 118  62   - 114  34  66   -   -  91  73 121   9/12
+      with extend's prior x16        -  48   -   -   -  38   -  75   -   -  22 137   5/12
+    grow + extend*                   -  17  17   - 102   -   - 145  24 137  54   5   8/12
+
+(*: a grown or spliced entry's frontier was its last op alone; now it is any of its last third.)
+
+Why it is not far ahead, from the campaigns' records: a child that extends an entry made by an
+extend (its frontier known, e.g. Tanh-Sin-Neg ending in the Neg it added) reaches the goal
+about once in five (8 of 40 in tests/test_mutation_extend.py, 2 of 40 grown); but the entry
+that first holds Tanh-Sin-Neg is mostly a fresh graph, whose frontier nothing names: extend
+then picks one of its ops at random (1 in 4-8 right), and a child that only re-reaches a
+known branch is not kept, so the better-placed child does not become the parent. Fresh tests
+are still most of the tests (about 60 %). The before-state study: a child of an entry holding
+Tanh-Sin-Neg made the whole chain in 1 of 51 tries, a fresh graph three chain ops in 16 of
+563; six variants of energy / seeded share / patience landed at 4-7/12.
 """
 
 from __future__ import annotations

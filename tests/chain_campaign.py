@@ -1,7 +1,8 @@
 """One short campaign against the fake chain collector (tests/fake_chain.py): how many tests to the goal.
 
 Shared by tests/test_feedback_loop.py and scripts/bench_chain.py. Modes: ``on`` (feedback with
-mutation of kept tests), ``on-nomut`` (feedback, kept tests only grown), ``off-var`` (no feedback,
+mutation of kept tests: grown, or extended at the op that made them interesting), ``on-nomut``
+(feedback, kept tests only grown), ``off-var`` (no feedback,
 the graph size drawn uniformly from the sizes `on` chooses among: the same choice space at random),
 ``off`` (no feedback, the configured size: plain NNSmith).
 """

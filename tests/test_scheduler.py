@@ -347,19 +347,19 @@ def test_with_dense_rewards_the_rank_finds_the_richer_op_and_saturation_does_not
 
 
 def test_mutation_arms_are_learned_for_seeded_tests():
-    from nnsmith_cov.feedback.mutate import ARMS
+    from nnsmith_cov.feedback.mutate import SCHEDULED
 
     s = Scheduler(NAMES, 10, seed=4, mutation=True)
     props = [s.propose() for _ in range(300)]
-    assert {p.mutation for p in props if p.seeded} == set(ARMS) and all(
+    assert {p.mutation for p in props if p.seeded} == set(SCHEDULED) == {"grow", "extend"} and all(
         p.mutation is None for p in props if not p.seeded
     )
-    for _ in range(600):  # splicing pays, the rest does not
+    for _ in range(600):  # extending pays, growing does not
         p = s.propose()
-        s.observe(p, record(["Relu"]), NEW if p.seeded and p.mutation == "splice" else NOTHING)
+        s.observe(p, record(["Relu"]), NEW if p.seeded and p.mutation == "extend" else NOTHING)
     picks = [p.mutation for p in (s.propose() for _ in range(600)) if p.seeded]
-    assert picks.count("splice") > 0.5 * len(picks)
-    tried, gained = s.children["splice"]
+    assert picks.count("extend") > 0.7 * len(picks)
+    tried, gained = s.children["extend"]
     assert tried > 0 and gained == tried and sum(g for _, g in s.children.values()) == gained
     # without mutation the proposals are what they were: nothing more is drawn
     a, b = Scheduler(NAMES, 10, seed=5), Scheduler(NAMES, 10, seed=5, mutation=True)
@@ -396,3 +396,26 @@ def test_a_schema_5_state_resumes_with_plain_sizes_and_the_same_proposals():
     assert Scheduler.from_state(json.loads(json.dumps(back.state()))).state() == back.state()
     with pytest.raises(ValueError, match="vary"):
         Scheduler.from_state(old | {"schema": 6, "config": old["config"] | {"vary": "yes"}})
+
+
+def test_a_schema_6_state_resumes_with_grows_evidence_and_extend_without_any():
+    s = Scheduler(NAMES, 10, seed=7, mutation=True)
+    run(s, conv_rule, 80, seed=7)
+    old = json.loads(json.dumps(s.state()))
+    assert tuple(s.groups["mutation"].labels) == ("grow", "extend") and old["schema"] == 7
+    # schema 6 drew grow and six edits: one count per arm, children for each
+    old["schema"] = 6
+    old["groups"]["mutation"] = {k: [v[0], 1.0, 2.0, 3.0, 4.0, 5.0, 6.0] for k, v in old["groups"]["mutation"].items()}
+    old["children"] = {"grow": [9, 2]} | {
+        k: [1, 0] for k in ("op_swap", "attr", "dtype_rank", "insert", "delete", "splice")
+    }
+    back = Scheduler.from_state(old)
+    saved, now = s.groups["mutation"].to_json(), back.groups["mutation"].to_json()
+    assert all(now[k] == [saved[k][0], 0.0] for k in now)
+    assert back.children == {"grow": [9, 2], "extend": [0, 0]} and back.steps == s.steps
+    assert back.groups["op"].to_json() == s.groups["op"].to_json()
+    assert Scheduler.from_state(json.loads(json.dumps(back.state()))).state() == back.state()
+    assert {back.propose().mutation for _ in range(200)} == {None, "grow", "extend"}
+    # a schema-7 state must have the arms drawn now
+    with pytest.raises(ValueError, match="mutation"):
+        Scheduler.from_state(old | {"schema": 7})

@@ -120,7 +120,8 @@ class ChoiceSource:
         return bool(self._next(label, int(self._rng.random() < p), lambda v: v in (0, 1), lambda v: 1 - v))
 
     def index(self, label: str, n: int, weights: Sequence[float] | None = None) -> int:
-        """An index in [0, n), uniform or proportional to `weights`."""
+        """An index in [0, n), uniform or proportional to `weights`. A replayed -k means the
+        k-th option from the end (recorded as the index it stands for)."""
         if n <= 0:
             raise ValueError(f"{label}: nothing to choose from")
         if weights is None and self.weights is not None and len(self.weights.get(label, ())) == n:
@@ -129,7 +130,11 @@ class ChoiceSource:
             fresh = self._rng.randrange(n)
         else:
             fresh = self._rng.choices(range(n), weights=weights)[0]
-        return int(self._next(label, fresh, lambda v: _whole(v) and 0 <= v < n, lambda v: (v + 1) % n))
+        value = int(self._next(label, fresh, lambda v: _whole(v) and -n <= v < n, lambda v: (v + 1) % n))
+        if value < 0:  # a mutant's prefix counts from the end ("the newest value"): keep what it meant
+            value += n
+            self.record[-1] = (label, value)
+        return value
 
     def choice(self, label: str, options: Sequence[T], weights: Sequence[float] | None = None) -> T:
         return options[self.index(label, len(options), weights)]

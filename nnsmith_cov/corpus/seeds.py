@@ -38,13 +38,14 @@ class Seed:
     draws: tuple[tuple[str, int | float], ...] = ()  # all its draws (bins, export plan too); () unknown
     try_ok: str = ""  # per insertion try, "1" accepted (GenRecord.try_ok); "" unknown
     parent: int | None = None  # the entry it was grown or mutated from
+    mutation: dict[str, Any] | None = None  # its edit of the parent's draws (`GenRecord.mutation`); None grown
 
     @staticmethod
     def of(test_id: int, gen: dict[str, Any], draws: list) -> Seed:
         """The seed of a corpus entry from its stored generator record (`GenRecord.to_json`) and draws."""
         cut = int(gen.get("insert_draws") or 0)
         pairs = [(label, value) for label, value in draws]
-        parent, try_ok = gen.get("parent"), gen.get("try_ok")
+        parent, try_ok, mutation = gen.get("parent"), gen.get("try_ok"), gen.get("mutation")
         return Seed(
             test_id,
             pairs[:cut],
@@ -52,6 +53,7 @@ class Seed:
             tuple(pairs),
             try_ok if isinstance(try_ok, str) and set(try_ok) <= {"0", "1"} else "",
             parent if isinstance(parent, int) and not isinstance(parent, bool) else None,
+            mutation if isinstance(mutation, dict) else None,
         )
 
 

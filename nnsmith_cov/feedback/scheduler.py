@@ -13,7 +13,7 @@ from nnsmith_cov.abstract.bins import n_bins
 from nnsmith_cov.abstract.op import AttrKind
 from nnsmith_cov.coverage.covmap import Novelty
 from nnsmith_cov.feedback.arms import ArmGroup, Label, Prior
-from nnsmith_cov.feedback.mutate import ARMS, GROW
+from nnsmith_cov.feedback.mutate import GROW, SCHEDULED
 from nnsmith_cov.feedback.params import BanditParams, Proposal, is_number
 from nnsmith_cov.feedback.reward import RecentRanks, novelty_score
 from nnsmith_cov.feedback.rng_json import rng_from_json, rng_to_json
@@ -40,8 +40,10 @@ from nnsmith_cov.gen.graph_ir import DEFAULT_OPSET
 # (before the round-trip arm) as roundtrip false, that group without evidence; schema 3 (before
 # mutation and the ranked reward) as mutation false, the mutation group without evidence, no
 # recent scores and the default window; schema 4 (before the export-form arms) as no forms;
-# schema 5 (before off-var drew its sizes) as vary false.
-STATE_SCHEMA = 6
+# schema 5 (before off-var drew its sizes) as vary false; schema 6 (whose mutation arms were
+# grow and the six edits of `feedback.mutate.MUTATIONS` but ``extend``) keeps grow's evidence,
+# ``extend`` starts without any and the others' is dropped (they are no longer drawn).
+STATE_SCHEMA = 7
 
 BIN_KINDS = (AttrKind.SIZE, AttrKind.PAD, AttrKind.SIGNED)
 DIRECTIONS = ("forward", "backward")
@@ -56,6 +58,7 @@ _NEW_GROUPS = {
     4: {"form"},
     5: set(),
     6: set(),
+    7: set(),
 }
 _NEW_CONFIG = {
     1: {"opsets": [DEFAULT_OPSET], "dynamic": False, "roundtrip": False, "mutation": False, "forms": {}},
@@ -64,6 +67,7 @@ _NEW_CONFIG = {
     4: {"forms": {}},
     5: {},
     6: {},
+    7: {},
 }
 for _old in range(1, 6):
     _NEW_CONFIG[_old] = _NEW_CONFIG[_old] | {"vary": False}
@@ -113,10 +117,14 @@ class Scheduler:
     - ``seeded``: fresh or grown from the corpus, as the proposal (or the
       caller's replacement of it) says.
 
-    - ``mutation`` (with `mutation`): for a seeded test, how the parent was
-      changed: grown at the end, or one of `feedback.mutate.MUTATIONS` (swap an
-      op, re-draw an attribute, a dtype or rank, insert or delete tries in the
-      middle, splice another entry's tail); picked once per test.
+    - ``mutation`` (with `mutation`): for a seeded test, how the parent is
+      changed: grown at the end, or extended at the op that made it
+      interesting (`feedback.mutate.SCHEDULED`); picked once per test. The
+      other edits of `feedback.mutate.MUTATIONS` (swap an op, re-draw an
+      attribute, insert or delete tries, splice) are not drawn: they re-wire
+      what made the parent interesting, and as arms beside ``extend`` they
+      thinned its share until the chain fake found its goal in 5 of 12 seeds
+      instead of 10 (the study is in `feedback.mutate`'s docstring).
 
     A group with no draws in a test (no pad attribute, say) learns nothing from it.
 
@@ -279,7 +287,7 @@ class Scheduler:
         self.groups["opset"] = ArmGroup("opset", self.opsets)
         self.groups["dynamic"] = ArmGroup("dynamic", SHAPES if dynamic else SHAPES[:1])
         self.groups["roundtrip"] = ArmGroup("roundtrip", TRIPS if roundtrip else TRIPS[:1])
-        self.groups["mutation"] = ArmGroup("mutation", ARMS if mutation else (GROW,))
+        self.groups["mutation"] = ArmGroup("mutation", SCHEDULED if mutation else (GROW,))
         if self.forms:  # one arm per (draw, option): "conv.form=add"
             self.groups["form"] = ArmGroup("form", [f"{k}={o}" for k, opts in self.forms.items() for o in opts])
         self.ranks = RecentRanks(self.params.window) if self.params.window else None
@@ -328,7 +336,7 @@ class Scheduler:
             form_weights = {k: [float(share[f"{k}={o}"]) * len(share) for o in opts] for k, opts in self.forms.items()}
         mutation = None
         if self.mutation:  # drawn last, so that the draws before it are as without mutation
-            mutation = ARMS[g["mutation"].pick(rng, prior, p.floor)]
+            mutation = str(g["mutation"].labels[g["mutation"].pick(rng, prior, p.floor)])
         return Proposal(
             {name: float(x) * len(ops) for name, x in zip(self.op_names, ops)},
             float(direction[0]),
@@ -499,6 +507,8 @@ class Scheduler:
         fresh = _NEW_GROUPS[schema]  # an older state has no evidence for them
         if not isinstance(groups, dict) or set(groups) != set(s.groups) - fresh:
             raise ValueError(f"scheduler state: expected the groups {sorted(set(s.groups) - fresh)}")
+        if schema < 7 and cfg["mutation"] and isinstance(groups.get("mutation"), dict):
+            groups = groups | {"mutation": _arms_since_7(groups["mutation"])}
         for name in groups:
             s.groups[name].load_json(groups[name])
         s.steps, s._hits, s._tests = steps, float(rate["hits"]), float(rate["tests"])
@@ -509,6 +519,8 @@ class Scheduler:
         if s.ranks is not None:
             s.ranks = RecentRanks(s.ranks.window, recent)
         children = state.get("children", {k: list(v) for k, v in s.children.items()})
+        if schema < 7 and isinstance(children, dict) and cfg["mutation"]:
+            children = {a: children.get(a, [0, 0]) for a in SCHEDULED}
         if not isinstance(children, dict) or set(children) != set(s.children):
             raise ValueError(f"scheduler state: children must count the arms {sorted(s.children)}")
         for k, v in children.items():
@@ -549,6 +561,20 @@ class Scheduler:
 
 
 # -- helpers ----------------------------------------------------------------------------------
+ARMS_BEFORE_7 = (GROW, "op_swap", "attr", "dtype_rank", "insert", "delete", "splice")  # schema 6's
+
+
+def _arms_since_7(obj: dict[str, Any]) -> dict[str, Any]:
+    """A schema-6 mutation group's counts as the arms drawn since: grow's kept, the rest zero."""
+    out: dict[str, Any] = {}
+    for k, v in obj.items():
+        if not isinstance(v, list) or len(v) != len(ARMS_BEFORE_7):
+            out[k] = v  # not schema 6's: load_json refuses it
+            continue
+        out[k] = [v[ARMS_BEFORE_7.index(a)] if a in ARMS_BEFORE_7 else 0.0 for a in SCHEDULED]
+    return out
+
+
 def _sizes(nodes: int, factors: Sequence[float]) -> tuple[int, ...]:
     """Distinct node counts around `nodes`, rounded half up, at least 1, in factor order."""
     out: list[int] = []
