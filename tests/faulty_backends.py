@@ -62,6 +62,18 @@ class Hang(OrtBackend):
         time.sleep(3600)
 
 
+class SlowUnderCoverage(OrtBackend):
+    """Hangs at compile while a tracer runs on its thread (the python collector measuring it),
+    compiles at once natively: a compiler that instrumentation makes too slow for the timeout."""
+
+    name = "slow-under-coverage"
+
+    def compile(self, model: Any, opt: Opt) -> Any:
+        if sys.gettrace() is not None:
+            time.sleep(3600)
+        return super().compile(model, opt)
+
+
 class RaisesAtImport(OrtBackend):
     """Refuses every model at import, as a frontend converter that raises does."""
 

@@ -105,6 +105,19 @@ def test_hang_past_the_timeout_is_recorded(tmp_path):
     assert st.restarts == 2  # no O0 re-run after a hang: it would only hang again
 
 
+@pytest.mark.slow
+def test_a_timeout_under_the_collector_alone_is_no_hang(tmp_path):
+    fuzzer, events, run = _fuzz(tmp_path, "faulty_backends:SlowUnderCoverage", tests=2, timeout_s=3, collector="python")
+    st = fuzzer.stats
+    assert not st.findings and st.passed == 2  # run natively, each compiled and agreed with PyTorch
+    assert st.slow == 2 and st.restarts == 2  # each timeout still cost its worker
+    assert json.loads((run.root / "stats.json").read_text())["slow_under_coverage"] == 2
+    # a backend that hangs natively too is a hang, confirmed by the native run
+    fuzzer, events, run = _fuzz(tmp_path / "h", "faulty_backends:Hang", tests=1, timeout_s=3, collector="python")
+    assert fuzzer.stats.findings == {"hang/compile/faulty_backends:Hang": 1} and fuzzer.stats.slow == 0
+    assert fuzzer.stats.restarts == 2  # the measured run's, then the native one's
+
+
 def test_messages_differing_in_numbers_share_one_signature(tmp_path):
     fuzzer, events, run = _fuzz(tmp_path, "faulty_backends:Raises", tests=3)
     assert fuzzer.stats.findings == {"crash/compile/faulty_backends:Raises": 3}

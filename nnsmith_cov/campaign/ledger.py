@@ -167,6 +167,7 @@ class Ledger:
             st.no_values += 1
         st.executed += result.backends_run > 0
         st.passed += result.status == "pass"
+        st.slow += len(result.slow)
         for refused in result.unsupported:  # not findings: counted, and the campaign learns from them
             st.count_unsupported(refused.signature)
         elapsed = t.elapsed_s if t.elapsed_s is not None else st.elapsed()

@@ -19,6 +19,7 @@ class RunStats:
     executed: int = 0  # reached at least one backend
     passed: int = 0
     no_values: int = 0  # value search found no NaN/Inf-free values: not tested
+    slow: int = 0  # backend runs that timed out under the collector but finished natively
     gen_failed: int = 0
     infeasible: int = 0  # graphs the generator dropped as proven to have no NaN/Inf-free values
     internal_errors: int = 0  # tests ended by an exception of nnsmith-cov's own code
@@ -89,6 +90,7 @@ class RunStats:
             return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else default
 
         self.executed, self.passed, self.no_values = num("executed"), num("passed"), num("no_values")
+        self.slow = num("slow_under_coverage")
         self.gen_failed, self.infeasible = num("generation_failed"), num("infeasible_dropped")
         self.internal_errors = num("internal_errors", num("faults"))  # "faults": stats.json before 0.2
         self.restarts = self.recycles = 0  # this process's workers
@@ -112,6 +114,7 @@ class RunStats:
             "executed": self.executed,
             "passed": self.passed,
             "no_values": self.no_values,
+            "slow_under_coverage": self.slow,
             "generation_failed": self.gen_failed,
             "infeasible_dropped": self.infeasible,
             "internal_errors": self.internal_errors,

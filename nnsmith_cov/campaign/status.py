@@ -152,6 +152,7 @@ def result_rows(st: RunStats, now: float, max_tests: int | None = None) -> list[
         ["infeasible", f"{st.infeasible} dropped"],
         ["tests/s", f"{recent_rate(st, now):.2f} (1 min), {overall_rate(st, now):.2f} all"],
         ["restarts", f"{st.restarts}, internal errors {st.internal_errors}"],
+        *([["slow", f"{st.slow} runs timed out only under coverage"]] if st.slow else []),
         ["disk", _disk(st)],
         ["memory", _memory(st)],
     ]
@@ -277,6 +278,7 @@ def log_line(
         f"[{_fmt_time(now)}] tests {st.tests} ({recent_rate(st, now):.2f}/s) passed {st.passed} "
         f"no-values {st.no_values}"
         + (f" restarts {st.restarts}" if st.restarts else "")
+        + (f" slow {st.slow}" if st.slow else "")
         + (f" internal {st.internal_errors}" if st.internal_errors else "")
         + (f" disk {_mib(st.disk_kb)} rss {_mib(st.rss_kb)}+{_mib(sum(st.worker_rss_kb))}" if st.disk_kb else "")
     ]

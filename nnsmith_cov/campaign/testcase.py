@@ -92,6 +92,8 @@ class CaseResult:
     backends_run: int = 0  # backend runs at OPT (the test was executed when any)
     # Backend runs that ended in the backend's "not implemented": no findings (class "unsupported")
     unsupported: list[Finding] = field(default_factory=list)
+    # Backends that timed out under the collector only: run natively, they finished (not hangs)
+    slow: list[str] = field(default_factory=list)
 
     def add_hits(self, msg: dict[str, Any] | None) -> None:
         """Add the hits a worker reply carries (none when the worker died mid-request)."""
@@ -234,13 +236,35 @@ def run_onnx(
     return worker.call(request, timeout_s)
 
 
-def run_backend(worker: WorkerHandle, prepared: Prepared, backend: str, opt: str, timeout_s: float) -> Reply:
+def run_backend(
+    worker: WorkerHandle, prepared: Prepared, backend: str, opt: str, timeout_s: float, native: bool = False
+) -> Reply:
+    """One backend run of a prepared test; `native`: on the worker's own thread, unmeasured."""
     graph = prepared.graph
     if prepared.held:  # the worker has the model and the inputs: name the test
         request = {"kind": "run", "backend": backend, "opt": opt, "test": prepared.test, "roundtrip": graph.roundtrip}
-        return worker.call(request, timeout_s)
+        return worker.call(request | ({"native": True} if native else {}), timeout_s)
     assert prepared.onnx is not None
+    if native:
+        request = {"kind": "run", "backend": backend, "opt": opt, "onnx": prepared.onnx, "native": True}
+        request |= {"inputs": encode_arrays(prepared.inputs()), "roundtrip": graph.roundtrip}
+        return worker.call(request, timeout_s)
     return run_onnx(worker, prepared.onnx, prepared.inputs(), backend, opt, timeout_s, graph.roundtrip)
+
+
+def confirmed_hang(
+    worker: WorkerHandle, prepared: Prepared, backend: str, settings: CaseSettings, result: CaseResult
+) -> Finding | None:
+    """A run that timed out under the collector, run again natively: instrumentation slows a
+    compiler several times (TVM under the binary collector), so only a run that also times out
+    natively is a hang. Otherwise the native run is judged as the test's run (its crash or
+    mismatch is a finding), and the backend is counted as slow under coverage."""
+    native = run_backend(worker, prepared, backend, "opt", settings.timeout_s, native=True)
+    if not native.hung:
+        result.slow.append(backend)
+        for stage, took in ((native.msg or {}).get("ms") or {}).items():
+            result.ms[f"{backend}.{stage}"] = took
+    return judge(prepared, backend, "opt", native, settings)
 
 
 def failure(backend: str, opt: str, reply: Reply) -> Finding | None:
@@ -346,6 +370,8 @@ def run_backends(
         result.add_run(backend, reply)
         t1 = time.perf_counter()
         finding = judge(prepared, backend, "opt", reply, settings)
+        if finding is not None and finding.symptom == "hang" and getattr(worker, "collector", ""):
+            finding = confirmed_hang(worker, prepared, backend, settings, result)
         ms[f"{backend}.compare"] = (time.perf_counter() - t1) * 1e3
         if finding is None:
             continue
