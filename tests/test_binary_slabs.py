@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+from agent_child import agent_in
 
 pytest.importorskip("frida", reason="the frida package is not installed")
 
@@ -38,22 +39,11 @@ print(context, code, data, other, free, flush=True)
 
 
 def test_slabs_asked_near_a_context_stay_in_its_window() -> None:
-    import frida
-
-    from nnsmith_cov.coverage.binary_agent import agent_source
-
     child = subprocess.Popen([sys.executable, "-c", _CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdin is not None and child.stdout is not None
         assert child.stdout.readline().strip() == "ready"
-        try:
-            session = frida.attach(child.pid)
-        except (frida.PermissionDeniedError, frida.ProcessNotFoundError) as e:
-            pytest.skip(f"frida cannot attach here: {e}")
-        script = session.create_script(agent_source())
-        script.load()
-        params = {"tid": child.pid, "base": "0", "lo": "0", "hi": "0", "map": "0", "n": 0}
-        params |= {k: "0" for k in ("start", "length", "slot_base", "slot_mask")} | {"clear_avx512": 0}
+        session, script, params = agent_in(child.pid)
         script.exports_sync.init(params)  # the hook is in place from here, on every thread
         child.stdin.write("go\n")
         child.stdin.flush()

@@ -379,25 +379,16 @@ def test_code_generated_after_code_was_freed_runs_anew() -> None:
     import subprocess
     import sys
 
-    import frida
-
-    from nnsmith_cov.coverage.binary_agent import agent_source
+    from agent_child import agent_in
 
     child = subprocess.Popen(
         [sys.executable, "-c", _JIT_CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
-        try:
-            session = frida.attach(child.pid)
-        except (frida.PermissionDeniedError, frida.ProcessNotFoundError) as e:
-            pytest.skip(f"frida cannot attach here: {e}")
-        script = session.create_script(agent_source())
-        script.load()
         # No module to count: the followed range is the whole address space, so the child's own
         # mmap calls (through ctypes) count as the followed module's.
-        params = {"tid": child.pid, "base": "0", "lo": "0", "hi": str(1 << 47), "map": "0", "n": 0}
-        params |= {k: "0" for k in ("start", "length", "slot_base", "slot_mask")} | {"clear_avx512": 0}
+        session, script, params = agent_in(child.pid, hi=1 << 47)
         script.exports_sync.init(params)
         script.exports_sync.locate(params)
         assert child.stdin is not None and child.stdout is not None
