@@ -15,9 +15,9 @@ from nnsmith_cov.campaign.op_support import probe_graph, sig_key
 from nnsmith_cov.coverage.covmap import Novelty
 from nnsmith_cov.feedback import Proposal, Scheduler
 from nnsmith_cov.feedback.simulate import run
+from nnsmith_cov.gen.export_plan import static_input_dims
 from nnsmith_cov.gen.generator import GenConfig, GenRecord, generate
 from nnsmith_cov.gen.graph_ir import DEFAULT_OPSET, GraphIR, GraphIRError
-from nnsmith_cov.materialize.export_plan import static_input_dims
 from nnsmith_cov.materialize.model_dir import materialize_and_export
 from nnsmith_cov.materialize.onnx_export import ExportError, opset_of
 from nnsmith_cov.ops import ALL_OPS, op_by_name

@@ -15,9 +15,9 @@ import pytest
 from nnsmith_cov.abstract.dtype import DType
 from nnsmith_cov.abstract.op import MAX_OPSET, MIN_OPSET
 from nnsmith_cov.abstract.tensor import TensorType
+from nnsmith_cov.gen.export_plan import static_input_dims
 from nnsmith_cov.gen.generator import GenConfig, GenerationError, generate
 from nnsmith_cov.gen.graph_ir import GraphIR, Inst
-from nnsmith_cov.materialize.export_plan import static_input_dims
 from nnsmith_cov.materialize.model_dir import materialize_and_export
 from nnsmith_cov.materialize.onnx_export import ExportError
 from nnsmith_cov.materialize.torch_module import input_name, output_name

@@ -400,10 +400,13 @@ def test_a_python_error_without_a_known_op_is_keyed_by_its_reduced_pattern(tmp_p
 
 
 def test_pytorch_errors_filed_as_bugs_are_read_again_as_not_compiler_bugs(tmp_path, capsys):
-    gather = "torch/export/-: SymbolicValueError: Failed to export a node '%v : Long(T) = onnx::Gather[axis=N](%v, %v)"
+    broken = "torch/export/-: RuntimeError: shape '[N, N]' is invalid for input of size N"
     refusal = "torch/export/-: SymbolicValueError: Unsupported: ONNX export of operator adaptive_avg_pool2d"
-    lines = [line(1, gather, symptom="crash"), line(2, refusal, symptom="crash"), crash(3, NONE_ITER)]
+    # the exporter's "Failed to export a node ... because it is not constant": a refusal too
+    gather = "torch/export/-: SymbolicValueError: Failed to export a node '%v : Long(T) = onnx::Gather[axis=N](%v, %v)"
+    lines = [line(1, broken, symptom="crash"), line(2, refusal, symptom="crash"), crash(3, NONE_ITER)]
+    lines.append(line(4, gather, symptom="crash"))
     body = run_json(make_run(tmp_path / "run", lines), capsys)
     classes = {rc["signature"]: (rc["class"], rc["rule"]) for rc in body["root_causes"]}
-    assert classes[gather][0] == "reference" and classes[gather][1].startswith("torch-error:")
-    assert classes[refusal][0] == "ours" and classes[NONE_ITER] == ("bug", "")
+    assert classes[broken][0] == "reference" and classes[broken][1].startswith("torch-error:")
+    assert classes[refusal][0] == "ours" and classes[gather][0] == "ours" and classes[NONE_ITER] == ("bug", "")

@@ -21,11 +21,11 @@ from nnsmith_cov.abstract.op import ATTR_LIMIT, MAX_OPSET, MIN_OPSET, AttrKind, 
 from nnsmith_cov.abstract.symbols import fresh_context, int_sym
 from nnsmith_cov.abstract.tensor import AbsTensor
 from nnsmith_cov.gen.binning import BinChoice, BinFitter, weights_for
+from nnsmith_cov.gen.export_plan import static_input_dims
 from nnsmith_cov.gen.feasibility import prove_infeasible
 from nnsmith_cov.gen.graph_ir import DEFAULT_OPSET, GraphIR, Inst
 from nnsmith_cov.gen.reach import Bridge, backward_ranks, bridge_for
 from nnsmith_cov.gen.solver import BudgetSolver, SolverTimeout
-from nnsmith_cov.materialize.export_plan import static_input_dims
 
 # Rank of the first placeholder: mostly 2-4, as real models are.
 _FIRST_RANK_WEIGHTS = (1, 2, 3, 4, 4, 1)
