@@ -222,9 +222,11 @@ def run_onnx(
     opt: str,
     timeout_s: float,
     roundtrip: bool = False,
+    native: bool = False,
 ) -> Reply:
     """Import, compile and run ONNX bytes on one backend in the worker (`roundtrip`: compile
-    the imported IR printed and parsed back, where the backend has a text form)."""
+    the imported IR printed and parsed back, where the backend has a text form; `native`: on
+    the worker's own thread, unmeasured)."""
     request = {
         "kind": "run",
         "backend": backend,
@@ -233,7 +235,7 @@ def run_onnx(
         "inputs": encode_arrays(inputs),
         "roundtrip": roundtrip,
     }
-    return worker.call(request, timeout_s)
+    return worker.call(request | ({"native": True} if native else {}), timeout_s)
 
 
 def run_backend(
@@ -245,11 +247,7 @@ def run_backend(
         request = {"kind": "run", "backend": backend, "opt": opt, "test": prepared.test, "roundtrip": graph.roundtrip}
         return worker.call(request | ({"native": True} if native else {}), timeout_s)
     assert prepared.onnx is not None
-    if native:
-        request = {"kind": "run", "backend": backend, "opt": opt, "onnx": prepared.onnx, "native": True}
-        request |= {"inputs": encode_arrays(prepared.inputs()), "roundtrip": graph.roundtrip}
-        return worker.call(request, timeout_s)
-    return run_onnx(worker, prepared.onnx, prepared.inputs(), backend, opt, timeout_s, graph.roundtrip)
+    return run_onnx(worker, prepared.onnx, prepared.inputs(), backend, opt, timeout_s, graph.roundtrip, native)
 
 
 def confirmed_hang(

@@ -392,10 +392,10 @@ class Worker:
                 ms[stage] = (time.perf_counter() - t0) * 1e3
             return result
 
-        if msg.get("native"):  # a hang's confirmation: this thread, no collector (see testcase)
-            covered = False
+        native = bool(msg.get("native"))  # a hang's confirmation: this thread, no collector (see testcase)
+        covered = covered and not native
         with self.covered(reply, covered):
-            result = once() if msg.get("native") else self.measured(once, msg["backend"])
+            result = once() if native else self.measured(once, msg["backend"])
         if covered and "hits" in reply and hasattr(self.collector, "settle"):
             first_ms = dict(ms)
             self._calibrate(reply, once, _input_key(msg), msg["backend"])
