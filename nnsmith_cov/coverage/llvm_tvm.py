@@ -57,7 +57,8 @@ TVM_CMAKE_OPTIONS = {
 }
 # Only TVM's own compiler sources get counters (3rdparty/, tvm-ffi and the generated code do not).
 ALLOW_FOLDERS = ("src",)
-LIBRARIES = ("libtvm_runtime.so", "libtvm_compiler.so", "libtvm.so")
+# libtvm_runtime_extra holds the contrib kernels (sort, topk) that compiled models call at run time.
+LIBRARIES = ("libtvm_runtime.so", "libtvm_runtime_extra.so", "libtvm_compiler.so", "libtvm.so")
 MODES = ("sancov", "profile")
 
 
