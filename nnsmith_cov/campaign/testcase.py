@@ -214,6 +214,14 @@ def _torch_failure(reply: Reply, stage: str) -> Finding | None:
     return None
 
 
+def _run(
+    worker: WorkerHandle, what: dict[str, Any], backend: str, opt: str, timeout_s: float, roundtrip: bool, native: bool
+) -> Reply:
+    """The worker's one "run" request; `what` names the model (its bytes and inputs, or a test it holds)."""
+    request = {"kind": "run", "backend": backend, "opt": opt, **what, "roundtrip": roundtrip}
+    return worker.call(request | ({"native": True} if native else {}), timeout_s)
+
+
 def run_onnx(
     worker: WorkerHandle,
     onnx: bytes,
@@ -227,15 +235,8 @@ def run_onnx(
     """Import, compile and run ONNX bytes on one backend in the worker (`roundtrip`: compile
     the imported IR printed and parsed back, where the backend has a text form; `native`: on
     the worker's own thread, unmeasured)."""
-    request = {
-        "kind": "run",
-        "backend": backend,
-        "opt": opt,
-        "onnx": onnx,
-        "inputs": encode_arrays(inputs),
-        "roundtrip": roundtrip,
-    }
-    return worker.call(request | ({"native": True} if native else {}), timeout_s)
+    what = {"onnx": onnx, "inputs": encode_arrays(inputs)}
+    return _run(worker, what, backend, opt, timeout_s, roundtrip, native)
 
 
 def run_backend(
@@ -244,8 +245,7 @@ def run_backend(
     """One backend run of a prepared test; `native`: on the worker's own thread, unmeasured."""
     graph = prepared.graph
     if prepared.held:  # the worker has the model and the inputs: name the test
-        request = {"kind": "run", "backend": backend, "opt": opt, "test": prepared.test, "roundtrip": graph.roundtrip}
-        return worker.call(request | ({"native": True} if native else {}), timeout_s)
+        return _run(worker, {"test": prepared.test}, backend, opt, timeout_s, graph.roundtrip, native)
     assert prepared.onnx is not None
     return run_onnx(worker, prepared.onnx, prepared.inputs(), backend, opt, timeout_s, graph.roundtrip, native)
 
