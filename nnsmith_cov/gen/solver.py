@@ -38,8 +38,12 @@ class BudgetSolver:
     """
 
     def __init__(self, budget_ms: int, seed: int, rlimit: int, work: int) -> None:
-        self._solver = z3.Solver(ctx=context())
+        ctx = context()
+        self._solver = z3.Solver(ctx=ctx)
         self._solver.set("random_seed", seed)
+        # Raw handles for the per-check calls: the z3 wrappers re-cast every term and build a
+        # parameter set per option, about a fifth of a small check's time.
+        self._ctx, self._ptr = ctx.ref(), self._solver.solver
         self._rlimit, self._work = rlimit, work
         self._deadline = time.monotonic() + budget_ms / 1000
         self._model: z3.ModelRef | None = None
@@ -64,10 +68,14 @@ class BudgetSolver:
         if left <= 0:
             raise SolverTimeout("wall-clock safety net reached")
         # rlimit bounds one check (counted from where the running total stands).
-        self._solver.set("rlimit", min(rlimit or self._rlimit, self._rlimit, self._work - self.used))
-        self._solver.set("timeout", left)
+        # A new parameter set each time: updating one kept set changes Z3's later choices.
+        params = z3.ParamsRef(self._solver.ctx)
+        params.set("rlimit", min(rlimit or self._rlimit, self._rlimit, self._work - self.used))
+        params.set("timeout", left)
+        z3.Z3_solver_set_params(self._ctx, self._ptr, params.params)
+        terms = (z3.Ast * len(extra))(*(c.as_ast() for c in extra))
         t0 = time.perf_counter()
-        result = self._solver.check(*extra)
+        result = z3.CheckSatResult(z3.Z3_solver_check_assumptions(self._ctx, self._ptr, len(extra), terms))
         self.solve_s += time.perf_counter() - t0
         self.checks += 1
         self.used = _rlimit_count(self._solver.statistics(), self.used)
@@ -86,7 +94,8 @@ class BudgetSolver:
         result = self._check([c for _, c in terms], rlimit)
         if result == z3.sat:
             self._model = self._solver.model()
-            self._solver.add(*(c for _, c in terms))
+            for _, c in terms:
+                z3.Z3_solver_assert(self._ctx, self._ptr, c.as_ast())
             return True
         if result == z3.unsat:
             core = {c.get_id() for c in self._solver.unsat_core()}
