@@ -113,6 +113,32 @@ def main() -> None:
             print(f"  {'feedback' if feedback else 'plain   '}  " + "   ".join(cells))
         print()
     dense_scenario(args, names, params, windows)
+    bucket_scenario(args, names, params, windows)
+
+
+def bucket_scenario(
+    args: argparse.Namespace, names: list[str], params: BanditParams, windows: list[tuple[int, int]]
+) -> None:
+    """Native code minutes into a campaign: every test adds new hit-count buckets (tensor sizes
+    change loop counts), a decoy op many more, and new branches are rare, likelier with one op."""
+
+    def buckets(rec: GenRecord, t: int, rng: np.random.Generator) -> Novelty:
+        branch = rng.random() < (0.2 if "Conv2d" in rec.ops else 0.02)
+        return Novelty(int(branch), int(rng.poisson(200 if "Relu" in rec.ops else 40)))
+
+    print("buckets: a new branch with probability 0.2 with Conv2d else 0.02; Poisson(40) new buckets, 200 with Relu")
+    for label, feedback in (("feedback", True), ("plain", False)):
+        traces = []
+        for seed in range(args.seeds):
+            s = Scheduler(names, args.nodes, 7, seed, feedback=feedback, params=params)
+            traces.append(run_novelty(s, buckets, args.tests, seed=1000 + seed))
+        cells = []
+        for op in ("Conv2d", "Relu"):
+            shares = [statistics.mean(tr.op_prob(op, lo, hi) * len(names) for tr in traces) for lo, hi in windows]
+            cells.append(f"{op} " + " ".join(f"{x:5.1f}" for x in shares))
+        rate = [statistics.mean(statistics.mean(tr.added[lo:hi]) for tr in traces) for lo, hi in windows]
+        rates = " ".join(f"{x:5.3f}" for x in rate)
+        print(f"  {label:<10}  tests with a new branch {rates}   " + "   ".join(cells))
 
 
 def dense_scenario(

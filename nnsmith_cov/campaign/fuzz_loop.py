@@ -356,7 +356,9 @@ class Fuzzer:
         )
         entry = self.ledger.commit(finished, novelty, sched.state(), last=self.done())
         if entry is not None and entry.hits is not None and self.seeds is not None:
-            self.seeds.add(_seed_of(test.k, finished.gen, gen.record.draws), entry.hits)
+            # a child that adds buckets alone is kept, but leaves its parent's energy fading
+            gain = novelty is not None and novelty.new_branches > 0
+            self.seeds.add(_seed_of(test.k, finished.gen, gen.record.draws), entry.hits, gain)
         self.breaker.note(None)
 
     def _internal(self, test: _Test, error: InternalError) -> None:

@@ -4,9 +4,10 @@ An entry's *rarity* is the sum, over the branches it reached, of 1 / (entries th
 that branch): an entry that alone reaches a branch weighs 1 for it, one of a hundred
 weighs 0.01 (libFuzzer's Entropic idea, without its per-feature frequency decay). Its
 *energy*, what it is drawn in proportion to, is the rarity halved for every FRUITLESS_HALF
-children in a row that brought nothing new, as AFLFast lowers the energy of inputs whose
+children in a row that brought no new branch, as AFLFast lowers the energy of inputs whose
 mutants keep taking well-trodden paths: an entry whose neighbourhood is exhausted gives way,
-and one child with new coverage restores it. Energy never reaches 0, so no entry is lost.
+and one child with a new branch restores it (a child with new hit-count buckets alone does
+not: on native code nearly every child has some). Energy never reaches 0, so no entry is lost.
 An entry remembers at most RARE_KEPT of its branches, those the fewest entries had reached when
 it was added (libFuzzer's Entropic likewise keeps only an input's rare features): a binary
 collector reaches tens of thousands of blocks per test, and keeping them all would grow the
@@ -73,7 +74,9 @@ class SeedPool:
     def __len__(self) -> int:
         return len(self.seeds)
 
-    def add(self, seed: Seed, hits: Hits) -> None:
+    def add(self, seed: Seed, hits: Hits, gain: bool = True) -> None:
+        """Pool a corpus entry; `gain`: it reached new branches (not only new hit-count buckets),
+        which restores its parent's energy."""
         if not seed.prefix or not len(hits):
             return  # an entry without recorded insertion draws cannot be regrown
         self._where[seed.test_id] = len(self.seeds)
@@ -86,7 +89,7 @@ class SeedPool:
         self._flat = None
         self.fruitless.append(0)
         self.children.append(0)
-        if seed.parent is not None:  # a kept child: its parent's neighbourhood still pays
+        if gain and seed.parent is not None:  # a child with new branches: its parent's neighbourhood still pays
             k = self._where.get(seed.parent)
             if k is not None:
                 self.fruitless[k] = 0
