@@ -14,7 +14,7 @@ test first gets a *score*, then its *rank* among the scores of the last `window`
   on native code they are what almost every test adds: on ORT's binary collector, after the
   first 5 minutes of a 15-minute campaign, 82% of the tests kept (2,647 of 3,216 under feedback,
   2,228 of 2,800 without) added buckets and no block (`docs/bench-feedback-ort-15min-2seeds`).
-  Weighed at a quarter of a branch, as before, 15 new buckets (a tensor a little larger than
+  When a bucket weighed a quarter of a branch, 15 new buckets (a tensor a little larger than
   before runs its loops more often) counted as one new block, and those tests' ranks carried
   the bandit's evidence: the arms learnt which choices change loop counts, not which reach code.
 - reward = (tests in the window scoring less + half of those scoring the same + 1) / (window
