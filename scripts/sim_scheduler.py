@@ -27,7 +27,7 @@ import numpy as np
 from nnsmith_cov.abstract.op import AttrKind
 from nnsmith_cov.coverage.covmap import Novelty
 from nnsmith_cov.feedback import BanditParams, Scheduler
-from nnsmith_cov.feedback.simulate import Trace, run, run_novelty
+from nnsmith_cov.feedback.simulate import NoveltyRule, Trace, run, run_novelty
 from nnsmith_cov.gen.generator import GenRecord
 
 
@@ -116,6 +116,33 @@ def main() -> None:
     bucket_scenario(args, names, params, windows)
 
 
+def novelty_traces(
+    args: argparse.Namespace, names: list[str], params: BanditParams, feedback: bool, rule: NoveltyRule
+) -> list[Trace]:
+    """One simulated campaign per seed, `rule` saying what each test adds."""
+    traces = []
+    for seed in range(args.seeds):
+        s = Scheduler(names, args.nodes, 7, seed, feedback=feedback, params=params)
+        traces.append(run_novelty(s, rule, args.tests, seed=1000 + seed))
+    return traces
+
+
+def window_means(
+    traces: list[Trace], read: Callable[[Trace, int, int], float], windows: list[tuple[int, int]], fmt: str
+) -> str:
+    """`read` per window, the mean over the traces, as one line of numbers in format `fmt`."""
+    return " ".join(format(statistics.mean(read(tr, lo, hi) for tr in traces), fmt) for lo, hi in windows)
+
+
+def branches_per_test(tr: Trace, lo: int, hi: int) -> float:
+    return statistics.mean(tr.added[lo:hi])
+
+
+def op_share(op: str, n_ops: int) -> Callable[[Trace, int, int], float]:
+    """A reader of `op`'s probability as a multiple of its uniform share."""
+    return lambda tr, lo, hi: tr.op_prob(op, lo, hi) * n_ops
+
+
 def bucket_scenario(
     args: argparse.Namespace, names: list[str], params: BanditParams, windows: list[tuple[int, int]]
 ) -> None:
@@ -128,17 +155,12 @@ def bucket_scenario(
 
     print("buckets: a new branch with probability 0.2 with Conv2d else 0.02; Poisson(40) new buckets, 200 with Relu")
     for label, feedback in (("feedback", True), ("plain", False)):
-        traces = []
-        for seed in range(args.seeds):
-            s = Scheduler(names, args.nodes, 7, seed, feedback=feedback, params=params)
-            traces.append(run_novelty(s, buckets, args.tests, seed=1000 + seed))
-        cells = []
-        for op in ("Conv2d", "Relu"):
-            shares = [statistics.mean(tr.op_prob(op, lo, hi) * len(names) for tr in traces) for lo, hi in windows]
-            cells.append(f"{op} " + " ".join(f"{x:5.1f}" for x in shares))
-        rate = [statistics.mean(statistics.mean(tr.added[lo:hi]) for tr in traces) for lo, hi in windows]
-        rates = " ".join(f"{x:5.3f}" for x in rate)
-        print(f"  {label:<10}  tests with a new branch {rates}   " + "   ".join(cells))
+        traces = novelty_traces(args, names, params, feedback, buckets)
+        rates = window_means(traces, branches_per_test, windows, "5.3f")
+        shares = [
+            f"{op} " + window_means(traces, op_share(op, len(names)), windows, "5.1f") for op in ("Conv2d", "Relu")
+        ]
+        print(f"  {label:<10}  tests with a new branch {rates}   " + "   ".join(shares))
 
 
 def dense_scenario(
@@ -150,18 +172,10 @@ def dense_scenario(
     print("dense: every test adds Poisson(3) branches, Poisson(12) with Conv2d, and Poisson(5) buckets")
     saturating = dataclasses.replace(params, window=0)
     for label, feedback, p in (("ranked", True, params), ("saturating", True, saturating), ("plain", False, params)):
-        traces = []
-        for seed in range(args.seeds):
-            s = Scheduler(names, args.nodes, 7, seed, feedback=feedback, params=p)
-            traces.append(run_novelty(s, dense, args.tests, seed=1000 + seed))
-        added = [statistics.mean(statistics.mean(tr.added[lo:hi]) for tr in traces) for lo, hi in windows]
-        conv = [statistics.mean(tr.op_prob("Conv2d", lo, hi) * len(names) for tr in traces) for lo, hi in windows]
-        print(
-            f"  {label:<10}  branches/test "
-            + " ".join(f"{x:5.2f}" for x in added)
-            + "   Conv2d "
-            + " ".join(f"{x:5.1f}" for x in conv)
-        )
+        traces = novelty_traces(args, names, p, feedback, dense)
+        added = window_means(traces, branches_per_test, windows, "5.2f")
+        conv = window_means(traces, op_share("Conv2d", len(names)), windows, "5.1f")
+        print(f"  {label:<10}  branches/test {added}   Conv2d {conv}")
 
 
 if __name__ == "__main__":
