@@ -9,6 +9,7 @@ coverage, deterministically.
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 import numpy as np
@@ -45,7 +46,8 @@ class OpCollector:
         SEEN.clear()
 
     def stop(self) -> Hits:
-        index = sorted({hash(op) % OP_SLOTS for op in SEEN})
+        # (crc32, not hash(): a salted hash makes op types collide differently in each process)
+        index = sorted({zlib.crc32(op.encode()) % OP_SLOTS for op in SEEN})
         if "Sigmoid" in SEEN and self.fresh < SIZE:
             index.append(self.fresh)
             self.fresh += 1

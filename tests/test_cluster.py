@@ -67,8 +67,7 @@ def _records(folder: Path) -> tuple[list, list]:
         for i, record in store.entries(include_finding_only=True):
             graph = hashlib.sha256(json.dumps(record.graph, sort_keys=True).encode()).hexdigest()
             hits = store.hits(i)
-            # (the fake collector's slots are hash(op type): salted per process, so only their number compares)
-            hits_key = None if hits is None else (len(hits.index), int(hits.count.sum()))
+            hits_key = None if hits is None else (hits.index.tolist(), hits.count.tolist())
             tests.append((i, graph, record.status, record.parent, hits_key))
         findings = sorted((i, h["symptom"], h.get("signature")) for i, h in store.findings())
         return tests, findings
