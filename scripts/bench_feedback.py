@@ -23,6 +23,11 @@ docs/bench-feedback-tvm-30min/ predates `--vary-size`: its off-var kept the conf
     python scripts/bench_feedback.py --modes on,off-var,on-nomut --seeds 1,2 --jobs 6 --time 30m
     python scripts/bench_feedback.py --backends ort --collector binary --seeds 1,2 --jobs 6
     python scripts/bench_feedback.py --reuse --out out/bench-feedback    # only the tables again
+    python scripts/bench_feedback.py --fill --out out/lever    # only the campaigns out/lever lacks
+
+`--fill` lets a lever be measured against a baseline run earlier: copy the earlier seed-S/MODE
+folders (and their .log files) into --out, and only the other modes run. The baseline's runs
+then come from another stretch of the machine's time: say so when reporting.
 
 It needs no TVM for `--backends ort`; the campaigns run with this script's Python.
 """
@@ -290,6 +295,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help=f"two or more of {', '.join(MODES)}; the first is compared with the rest",
     )
     ap.add_argument("--reuse", action="store_true", help="only report on campaigns already in --out")
+    ap.add_argument("--fill", action="store_true", help="run only the campaigns --out lacks, then report on all")
     ap.add_argument("--no-report", action="store_true", help="skip the per-seed `nnsmith-cov report` folders")
     args = ap.parse_args(argv)
     args.modes = parse_modes(args.modes)
@@ -332,7 +338,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.reuse:
             jobs = [(s, m, folder_of(args.out, s, m)) for s in args.seeds for m in args.modes]
             taken = [str(f) for _, _, f in jobs if f.exists()]
-            if taken:
+            if args.fill:
+                jobs = [j for j in jobs if not j[2].exists()]
+            elif taken:
                 raise BenchError(f"{taken[0]} exists: pick another --out, or --reuse to report on it")
             run_all([(f, fuzz_argv(f, m, s, args)) for s, m, f in jobs], args.jobs)
         rows: list[Ratio] = []

@@ -6,6 +6,7 @@ import importlib.util
 import json
 import math
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -101,3 +102,10 @@ def test_two_tiny_campaigns_run_in_parallel_and_are_reported(bench, tmp_path, mo
     # a second run into the same folder refuses instead of mixing campaigns; --reuse reports again
     assert bench.main(flags) == 2 and "exists" in capsys.readouterr().err
     assert bench.main([*flags, "--reuse", "--no-report"]) == 0
+    # --fill runs only what is missing: a lever's `on` against the off-var kept from before
+    kept = out / "seed-1" / "feedback-off-var" / "lmdb" / "data.mdb"
+    before = (kept.stat().st_mtime_ns, kept.read_bytes())
+    shutil.rmtree(out / "seed-1" / "feedback-on")
+    assert bench.main([*flags, "--fill", "--no-report"]) == 0
+    assert (out / "seed-1" / "feedback-on" / "lmdb" / "data.mdb").exists()
+    assert (kept.stat().st_mtime_ns, kept.read_bytes()) == before
