@@ -74,6 +74,17 @@ class SlowUnderCoverage(OrtBackend):
         return super().compile(model, opt)
 
 
+class SlowUnderCoverageWrongAtOpt(Perturb):
+    """`SlowUnderCoverage` whose native runs are `Perturb`'s: wrong at OPT, right at O0."""
+
+    name = "slow-under-coverage-wrong-at-opt"
+
+    def compile(self, model: Any, opt: Opt) -> Any:
+        if sys.gettrace() is not None:
+            time.sleep(3600)
+        return super().compile(model, opt)
+
+
 class RaisesAtImport(OrtBackend):
     """Refuses every model at import, as a frontend converter that raises does."""
 

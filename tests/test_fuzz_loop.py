@@ -116,6 +116,14 @@ def test_a_timeout_under_the_collector_alone_is_no_hang(tmp_path):
     fuzzer, events, run = _fuzz(tmp_path / "h", "faulty_backends:Hang", tests=1, timeout_s=3, collector="python")
     assert fuzzer.stats.findings == {"hang/compile/faulty_backends:Hang": 1} and fuzzer.stats.slow == 0
     assert fuzzer.stats.restarts == 2  # the measured run's, then the native one's
+    # a finding of the native run is localized natively too: O0 under the collector would time
+    # out again, cost a second worker and read as "O0 fails as well"
+    backend = "faulty_backends:SlowUnderCoverageWrongAtOpt"
+    fuzzer, events, run = _fuzz(tmp_path / "w", backend, tests=1, timeout_s=3, collector="python")
+    assert fuzzer.stats.findings == {f"inconsistency/execute/{backend}": 1}
+    assert fuzzer.stats.slow == 1 and fuzzer.stats.restarts == 1
+    (header,) = [json.loads(x) for x in (run.root / "findings.jsonl").read_text().splitlines()]
+    assert header["localized"] == "optimization"
 
 
 def test_messages_differing_in_numbers_share_one_signature(tmp_path):

@@ -355,7 +355,8 @@ def run_backends(
 ) -> CaseResult:
     """Each backend at OPT on a prepared test (and at O0 when OPT fails), judged by its oracle.
 
-    O0 is not run after a hang (it would only hang again), after a failure at import or in
+    O0 runs natively for a backend slow under coverage (`confirmed_hang`), and not at all
+    after a hang (it would only hang again), after a failure at import or in
     the IR's text round trip (no optimization level reaches the importer, the printer or the
     parser: the fault is theirs), nor for a
     signature `known` already (its first occurrence was localized; a campaign's crashes
@@ -379,7 +380,9 @@ def run_backends(
         if finding.stage in BEFORE_OPTIMIZATION:
             finding.localized = BEFORE_OPTIMIZATION[finding.stage]
         elif settings.localize and finding.symptom != "hang" and not (known and known(finding.signature)):
-            again = run_backend(worker, prepared, backend, "O0", settings.timeout_s)
+            # natively where the collector made OPT time out: measured, O0 would time out as well,
+            # cost another worker, and read as "O0 fails too" (wrongly localized to conversion)
+            again = run_backend(worker, prepared, backend, "O0", settings.timeout_s, native=backend in result.slow)
             result.add_hits(again.msg)
             o0 = judge(prepared, backend, "O0", again, settings)
             finding.localized = "optimization" if o0 is None else "conversion"
