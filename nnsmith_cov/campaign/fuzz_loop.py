@@ -150,9 +150,8 @@ class Fuzzer:
         if self.seeds is not None:
             for i, record in self.store.entries():
                 hits = self.store.hits(i)
-                if hits is not None:  # (an entry stored without its novelty is taken for one with new branches)
-                    branches = record.novelty is None or record.novelty.new_branches > 0
-                    self.seeds.add(_seed_of(i, record.gen, record.draws), hits, branches)
+                if hits is not None:
+                    self.seeds.add(_seed_of(i, record.gen, record.draws), hits)
         state = self.store.scheduler_state()
         self.scheduler = Scheduler.from_state(state) if state is not None else self._new_scheduler()
         return self.ledger.reconcile()
@@ -357,8 +356,9 @@ class Fuzzer:
         )
         entry = self.ledger.commit(finished, novelty, sched.state(), last=self.done())
         if entry is not None and entry.hits is not None and self.seeds is not None:
-            branches = novelty is not None and novelty.new_branches > 0
-            self.seeds.add(_seed_of(test.k, finished.gen, gen.record.draws), entry.hits, branches)
+            # a child that adds buckets alone is kept, but leaves its parent's energy fading
+            gain = novelty is not None and novelty.new_branches > 0
+            self.seeds.add(_seed_of(test.k, finished.gen, gen.record.draws), entry.hits, gain)
         self.breaker.note(None)
 
     def _internal(self, test: _Test, error: InternalError) -> None:

@@ -6,16 +6,8 @@ weighs 0.01 (libFuzzer's Entropic idea, without its per-feature frequency decay)
 *energy*, what it is drawn in proportion to, is the rarity halved for every FRUITLESS_HALF
 children in a row that brought no new branch, as AFLFast lowers the energy of inputs whose
 mutants keep taking well-trodden paths: an entry whose neighbourhood is exhausted gives way,
-and one child with a new branch restores it. Energy never reaches 0, so no entry is lost.
-
-Only entries that reached a new branch are pooled. One that added new hit-count buckets alone
-stays in the corpus (AFL's rule: the map is the union of its entries) but is never grown or
-mutated, and does not restore its parent's energy: on native code nearly every test adds
-buckets, and their entries' children are poor seeds. In the ORT 15-minute campaigns of
-`docs/bench-feedback-ort-15min-lever` (feedback on, after minute 5), a kept child of an entry
-with new branches brought a new branch in 26% / 28% of cases (seeds 1 / 2), a kept child of a
-buckets-only entry in 15% / 15%, a kept fresh test in 18% / 20%; yet the buckets-only entries
-were 65% / 63% of the pool and the parents of 46% / 44% of the seeded tests kept.
+and one child with a new branch restores it (a child with new hit-count buckets alone does
+not: on native code nearly every child has some). Energy never reaches 0, so no entry is lost.
 An entry remembers at most RARE_KEPT of its branches, those the fewest entries had reached when
 it was added (libFuzzer's Entropic likewise keeps only an input's rare features): a binary
 collector reaches tens of thousands of blocks per test, and keeping them all would grow the
@@ -82,10 +74,10 @@ class SeedPool:
     def __len__(self) -> int:
         return len(self.seeds)
 
-    def add(self, seed: Seed, hits: Hits, new_branches: bool = True) -> None:
-        """Pool a corpus entry that reached new branches (`new_branches`; one with new hit-count
-        buckets alone stays in the corpus, not in the pool); it restores its parent's energy."""
-        if not seed.prefix or not len(hits) or not new_branches:
+    def add(self, seed: Seed, hits: Hits, gain: bool = True) -> None:
+        """Pool a corpus entry; `gain`: it reached new branches (not only new hit-count buckets),
+        which restores its parent's energy."""
+        if not seed.prefix or not len(hits):
             return  # an entry without recorded insertion draws cannot be regrown
         self._where[seed.test_id] = len(self.seeds)
         self.seeds.append(seed)
@@ -97,7 +89,7 @@ class SeedPool:
         self._flat = None
         self.fruitless.append(0)
         self.children.append(0)
-        if seed.parent is not None:  # a child with new branches: its parent's neighbourhood still pays
+        if gain and seed.parent is not None:  # a child with new branches: its parent's neighbourhood still pays
             k = self._where.get(seed.parent)
             if k is not None:
                 self.fruitless[k] = 0

@@ -212,15 +212,17 @@ class Scheduler:
 
     Corpus admission stays AFL++'s rule (the ledger stores every interesting
     test, one that only adds new buckets of common branches included), not
-    libFuzzer's smallest input per feature: the virgin map must stay the union
-    of the stored bitmaps (what `CorpusStore.check` verifies), so a test whose
-    buckets entered the map must keep its hits, and its graph is what
-    reproduces them (`replay`, `reduce`). Seed admission is libFuzzer's instead:
-    only entries with a new branch are grown or mutated (`SeedPool`; such an
-    entry's children reach new branches far more often than a buckets-only
-    entry's). What remains, the disk buckets-only entries take on a saturating
-    binary map (420 of ORT's first 1,332 entries), is the store's budget to
-    manage, not a judgement the scheduler should make.
+    libFuzzer's smallest input per feature, for three reasons. The virgin map
+    must stay the union of the stored bitmaps (what `CorpusStore.check`
+    verifies), so a test whose buckets entered the map must keep its hits, and
+    its graph is what reproduces them (`replay`, `reduce`). Selection
+    already discounts such an entry: its energy (`SeedPool.rarity`) sums
+    1 / (entries reaching it) over its branches, so an entry of common branches
+    only is seldom picked, it earns no reward, and its children that add buckets
+    alone do not restore its energy (`SeedPool.add`'s gain).
+    What remains, the disk such entries take on a saturating binary map (420
+    of ORT's first 1,332 entries), is the store's budget to manage, not a
+    judgement the scheduler should make.
 
     With `feedback=False` the scheduler proposes plain NNSmith: uniform weights
     (None), forward_prob 0.5, the configured node count, never seeded, the base
