@@ -338,10 +338,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.reuse:
             jobs = [(s, m, folder_of(args.out, s, m)) for s in args.seeds for m in args.modes]
             taken = [str(f) for _, _, f in jobs if f.exists()]
-            if args.fill:
-                jobs = [j for j in jobs if not j[2].exists()]
-            elif taken:
+            if taken and not args.fill:
                 raise BenchError(f"{taken[0]} exists: pick another --out, or --reuse to report on it")
+            jobs = [j for j in jobs if str(j[2]) not in taken]
             run_all([(f, fuzz_argv(f, m, s, args)) for s, m, f in jobs], args.jobs)
         rows: list[Ratio] = []
         per_seed: dict[int, dict[str, Run]] = {}
