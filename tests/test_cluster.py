@@ -3,7 +3,6 @@ actor lost mid-test replaced, a killed driver resumed; without Ray, one line say
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -13,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from campaign_helpers import stored_records
 
 from nnsmith_cov.campaign.cluster import ClusterSpec, parse_cluster
 from nnsmith_cov.cli import main
@@ -59,24 +59,10 @@ def ray_cluster(tmp_path_factory):
         ray.shutdown()
 
 
-def _records(folder: Path) -> tuple[list, list]:
-    """Per kept test: id, graph hash, status, parent and hits; per finding: test, symptom, signature."""
-    with CorpusStore.open(folder / "lmdb", readonly=True) as store:
-        assert store.check() == []
-        tests = []
-        for i, record in store.entries(include_finding_only=True):
-            graph = hashlib.sha256(json.dumps(record.graph, sort_keys=True).encode()).hexdigest()
-            hits = store.hits(i)
-            hits_key = None if hits is None else (hits.index.tolist(), hits.count.tolist())
-            tests.append((i, graph, record.status, record.parent, hits_key))
-        findings = sorted((i, h["symptom"], h.get("signature")) for i, h in store.findings())
-        return tests, findings
-
-
 def _campaign(folder: Path, cluster: str, workers: int, extra: list[str]) -> tuple[list, list]:
     argv = ["fuzz", "-o", str(folder), "--cluster", cluster, "--workers", str(workers), *BASE, *extra]
     assert main(argv) == 0
-    return _records(folder)
+    return stored_records(folder)
 
 
 @pytest.mark.slow

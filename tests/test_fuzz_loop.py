@@ -7,9 +7,10 @@ import json
 
 import numpy as np
 import pytest
-from campaign_helpers import f32_only, run_to_budget
+from campaign_helpers import f32_only, run_to_budget, stored_records
 
 from nnsmith_cov.campaign.fuzz_loop import FuzzConfig, Fuzzer
+from nnsmith_cov.campaign.ledger import Ledger
 from nnsmith_cov.campaign.run_dir import RunDir
 from nnsmith_cov.campaign.testcase import CaseSettings
 from nnsmith_cov.campaign.worker_handle import WorkerHandle
@@ -205,10 +206,10 @@ def asked(monkeypatch) -> list[str]:
     levels: list[str] = []
     call = WorkerHandle.call
 
-    def counting(self, request, timeout_s):
+    def counting(self, request, timeout_s, meanwhile=None):
         if request["kind"] == "run":
             levels.append(request["opt"])
-        return call(self, request, timeout_s)
+        return call(self, request, timeout_s, meanwhile)
 
     monkeypatch.setattr(WorkerHandle, "call", counting)
     return levels
@@ -242,3 +243,42 @@ def test_a_text_round_trip_the_parser_refuses_is_a_finding_of_its_own_stage(tmp_
     assert capsys.readouterr().out.strip().endswith("reproduces")
     fuzzer, _, _ = _fuzz(tmp_path / "direct", "faulty_backends:BadText", tests=3)
     assert fuzzer.stats.passed == 3 and not fuzzer.stats.findings
+
+
+def test_a_commit_made_beside_the_next_test_stores_what_one_made_at_once_stores(tmp_path, monkeypatch):
+    """`fuzz` commits each test once its worker has the next test's request (`step(defer=True)`):
+    the corpus, its hits and findings, and the counters are those of committing each test at once."""
+    ops = ["Add", "Mul", "Sub", "Relu", "Tanh", "Abs", "Neg", "Sigmoid"]
+    argv = ["--tests", "6", "--backends", "fake_coverage:SigmoidPays", "--collector", "fake_coverage:OpCollector"]
+    argv += ["--feedback", "off", "--no-support", "--nodes", "3", "--ops", *ops, "--search", "sampling", "--seed", "5"]
+    order: list[tuple[str, int]] = []
+    commit, call = Ledger.commit, WorkerHandle.call
+
+    def committing(self, t, *args, **kwargs):
+        order.append(("commit", t.test_id))
+        return commit(self, t, *args, **kwargs)
+
+    def calling(self, request, timeout_s, meanwhile=None):
+        if request["kind"] == "propose":
+            order.append(("propose", request["test"]))
+        return call(self, request, timeout_s, meanwhile)
+
+    monkeypatch.setattr(Ledger, "commit", committing)
+    monkeypatch.setattr(WorkerHandle, "call", calling)
+    assert main(["fuzz", "-o", str(tmp_path / "beside"), *argv]) == 0
+    beside = [("propose", k) if i % 2 == 0 else ("commit", k - 1) for k in range(1, 6) for i in range(2)]
+    assert order == [("propose", 0), *beside, ("commit", 5)]
+
+    step = Fuzzer.step
+    monkeypatch.setattr(Fuzzer, "step", lambda self, worker=None, defer=False: step(self, worker))
+    order.clear()
+    assert main(["fuzz", "-o", str(tmp_path / "at-once"), *argv]) == 0
+    assert order == [(kind, k) for k in range(6) for kind in ("propose", "commit")]
+    records = stored_records(tmp_path / "beside")
+    assert records[0], "the campaign kept no test: nothing compared"
+    assert stored_records(tmp_path / "at-once") == records
+    counted = ("tests", "executed", "passed", "findings", "generation_failed", "internal_errors")
+    beside_stats, at_once = (json.loads((tmp_path / run / "stats.json").read_text()) for run in ("beside", "at-once"))
+    assert {k: beside_stats[k] for k in counted} == {k: at_once[k] for k in counted}
+    for k in ("branches", "interesting_tests"):
+        assert beside_stats["coverage"][k] == at_once["coverage"][k]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -242,9 +243,12 @@ class RayWorkerHandle:
             raise WorkerStartError(str(e)) from None
         return Universe.from_bytes(out["universe"])
 
-    def call(self, request: dict[str, Any], timeout_s: float) -> Reply:
+    def call(self, request: dict[str, Any], timeout_s: float, meanwhile: Callable[[], None] | None = None) -> Reply:
         data = msgpack.packb(request, use_bin_type=True)
-        out = self._get(self._actor().call.remote(data, timeout_s), timeout_s + GRACE_S, request["kind"])
+        ref = self._actor().call.remote(data, timeout_s)
+        if meanwhile is not None:  # as WorkerHandle.call: the caller's work beside the actor's
+            meanwhile()
+        out = self._get(ref, timeout_s + GRACE_S, request["kind"])
         return Reply(**out["reply"])
 
     def close(self) -> None:

@@ -85,6 +85,8 @@ class Fuzzer:
         # Held for everything shared (ledger, scheduler, seeds, stats, run folder) so that one
         # thread per worker can drive tests; generation and the workers' runs happen outside.
         self.lock = threading.RLock()
+        # Per worker (id), its last test's commit when `run_workers` defers it (see `_finish`).
+        self._pending: dict[int, Callable[[], None]] = {}
 
     @property
     def covmap(self) -> VirginMap | None:
@@ -162,6 +164,8 @@ class Fuzzer:
             self.probes.extend(graphs)
 
     def close(self) -> None:
+        for key in list(self._pending):
+            self._pending.pop(key)()
         self.ledger.close()
 
     def done(self) -> bool:
@@ -170,22 +174,28 @@ class Fuzzer:
             cfg.time_s is not None and st.elapsed() >= cfg.time_s
         )
 
-    def step(self, worker: WorkerHandle | None = None) -> CaseResult | None:
+    def step(self, worker: WorkerHandle | None = None, defer: bool = False) -> CaseResult | None:
         """One test case on `worker` (default: the first); None when no graph could be made or
         nnsmith-cov's own code failed on it (an internal error, recorded). Safe to call from one
         thread per worker: only generation and the worker's run happen outside the campaign lock.
-        Raises BreakerTripped when internal errors pass the breaker's threshold."""
+        Raises BreakerTripped when internal errors pass the breaker's threshold.
+
+        `defer`: the test's commit (the corpus transaction, bundles, log lines) runs once the
+        worker's next request is sent, beside its generation, or at `flush`; everything the
+        next proposal reads (map, scheduler, seed pool, counters) is updated before."""
         worker = worker or self.worker
         assert self.scheduler is not None, "start() first"
         test = _Test(-1, 0)
         try:
-            return self._run_test(worker, test)
+            return self._run_test(worker, test, defer)
         except _GenerationFailed as e:  # our own code, in the worker's generation
             with self.lock:
+                self.flush(worker)
                 self._internal(test, e.error)
             return None
         except WorkerFault as e:
             with self.lock:
+                self.flush(worker)
                 self._internal(test, InternalError.from_worker("worker", str(e)))
             return None
         except BreakerTripped:
@@ -196,8 +206,15 @@ class Fuzzer:
             if test.k < 0:
                 raise
             with self.lock:
+                self.flush(worker)
                 self._internal(test, InternalError.from_exception(test.stage, e))
             return None
+
+    def flush(self, worker: WorkerHandle) -> None:
+        """Run `worker`'s deferred commit, if one is waiting (commits stay in test order)."""
+        commit = self._pending.pop(id(worker), None)
+        if commit is not None:
+            commit()
 
     def _take(self, test: _Test) -> bool:
         """Number `test` as the campaign's next one (under the lock); False when the budget is spent."""
@@ -208,12 +225,13 @@ class Fuzzer:
         self.stats.starts.append(self.stats.elapsed())
         return True
 
-    def _run_test(self, worker: WorkerHandle, test: _Test) -> CaseResult | None:
+    def _run_test(self, worker: WorkerHandle, test: _Test, defer: bool = False) -> CaseResult | None:
         """`step`'s body: `test` is filled in as it goes, so that an error anywhere is recorded
         against the right test and stage."""
         assert self.scheduler is not None
         with self.lock:
             if not self._take(test):
+                self.flush(worker)
                 return None
             probe = self.probes.popleft() if self.probes else None
             if probe is None:
@@ -226,11 +244,15 @@ class Fuzzer:
         test.stage = "generate"
         settings, known = self.cfg.settings, self.stats.signatures.__contains__
         if probe is not None:
+            with self.lock:
+                self.flush(worker)
             gen: Generated | None = _probe_test(probe, test.seed)
             prep = lambda: prepare(worker, probe[1], test.seed, settings)
         else:
             request = self._proposal(test)
-            proposed = propose(worker, request, settings, self.cfg.gen.timeout_ms / 1e3)
+            # the previous test's commit runs while the worker makes this one's graph
+            flush = lambda: self._locked(self.flush, worker)
+            proposed = propose(worker, request, settings, self.cfg.gen.timeout_ms / 1e3, flush)
             gen = self._generated(test, proposed)
             prep = lambda: (proposed.prepared, proposed.finding)
         if gen is None:
@@ -243,8 +265,16 @@ class Fuzzer:
             self._learn(worker, gen.graph, result)
         test.stage = "observe"
         with self.lock:
-            self._finish(test, gen, result, time.perf_counter() - t0)
+            commit = self._finish(test, gen, result, time.perf_counter() - t0)
+            if defer:
+                self._pending[id(worker)] = commit
+            else:
+                commit()
         return result
+
+    def _locked(self, fn: Callable[..., None], *args: Any) -> None:
+        with self.lock:
+            fn(*args)
 
     def _learn(self, worker: WorkerHandle, graph: GraphIR, result: CaseResult) -> None:
         """Fold a test's refusals into the campaign's support tables and narrow the generator's
@@ -313,7 +343,9 @@ class Fuzzer:
             return None
         return proposed.gen
 
-    def _finish(self, test: _Test, gen: Generated, result: CaseResult, seconds: float) -> None:
+    def _finish(self, test: _Test, gen: Generated, result: CaseResult, seconds: float) -> Callable[[], None]:
+        """Apply a finished test to what the next proposal reads (counters, map, scheduler, seed
+        pool); returns its commit (the ledger's), to run now or beside the next test."""
         st, sched = self.stats, self.scheduler
         assert sched is not None
         st.restarts = sum(w.deaths for w in self.workers)
@@ -354,12 +386,25 @@ class Fuzzer:
                 "draws": gen.record.draws,
             },
         )
-        entry = self.ledger.commit(finished, novelty, sched.state(), last=self.done())
-        if entry is not None and entry.hits is not None and self.seeds is not None:
-            # a child that adds buckets alone is kept, but leaves its parent's energy fading
-            gain = novelty is not None and novelty.new_branches > 0
-            self.seeds.add(_seed_of(test.k, finished.gen, gen.record.draws), entry.hits, gain)
+        if novelty is not None and novelty.interesting and self.seeds is not None:
+            # The entry the commit keeps with these hits, pooled now for the next proposal (a
+            # commit that fails encoding our own record leaves it pooled: its children then name
+            # a parent the corpus lacks). A child that adds buckets alone is kept, but leaves its
+            # parent's energy fading.
+            assert result.hits is not None
+            self.seeds.add(_seed_of(test.k, finished.gen, gen.record.draws), result.hits, novelty.new_branches > 0)
         self.breaker.note(None)
+        state, last = sched.state(), self.done()  # as of this test, whenever the commit runs
+
+        def commit() -> None:
+            try:
+                self.ledger.commit(finished, novelty, state, last=last)
+            except (CorpusError, OSError, BreakerTripped):
+                raise
+            except Exception as e:  # noqa: BLE001 - ours, on this test (not on the next one it may run beside)
+                self._internal(test, InternalError.from_exception("observe", e))
+
+        return commit
 
     def _internal(self, test: _Test, error: InternalError) -> None:
         """Record the test as an internal error (what replays it in its bundle), then let the
@@ -393,9 +438,16 @@ class Fuzzer:
 
         def loop(w: WorkerHandle) -> None:
             try:
-                while not stop.is_set() and not self.done():
-                    self.step(w)
-                    on_step()
+                try:
+                    while not stop.is_set() and not self.done():
+                        self.step(w, defer=True)
+                        on_step()
+                except (CorpusError, OSError):
+                    self._pending.pop(id(w), None)  # the store failed: nothing more goes into it
+                    raise
+                finally:
+                    with self.lock:
+                        self.flush(w)  # this worker's last test (also after an error elsewhere)
             except BaseException as e:  # surfaced in the main thread
                 errors.append(e)
                 stop.set()

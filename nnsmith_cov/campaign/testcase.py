@@ -158,14 +158,20 @@ class Proposed:
     error: InternalError | None = None
 
 
-def propose(worker: WorkerHandle, request: dict[str, Any], settings: CaseSettings, gen_s: float = 0.0) -> Proposed:
+def propose(
+    worker: WorkerHandle,
+    request: dict[str, Any],
+    settings: CaseSettings,
+    gen_s: float = 0.0,
+    meanwhile: Callable[[], None] | None = None,
+) -> Proposed:
     """Generation (given `gen_s` seconds beyond the request's timeout: its own budget), value
     search and export of a proposed test in the worker; a death or error in the search or the
-    export is a PyTorch finding, as in `prepare`."""
+    export is a PyTorch finding, as in `prepare`. `meanwhile` runs here while the worker works."""
     from nnsmith_cov.campaign.proposal import record_from_json
     from nnsmith_cov.ops import is_op
 
-    reply = worker.call(request, settings.timeout_s + gen_s)
+    reply = worker.call(request, settings.timeout_s + gen_s, meanwhile)
     msg = reply.msg or {}
     if msg.get("kind") == "gen_failed":
         return Proposed(failed=True)

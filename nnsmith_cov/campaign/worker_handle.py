@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -240,8 +241,9 @@ class WorkerHandle:
         self.proc = None
 
     # -- calls -------------------------------------------------------------------
-    def call(self, request: dict[str, Any], timeout_s: float) -> Reply:
-        """Send `request`, wait for its final reply for at most `timeout_s` seconds."""
+    def call(self, request: dict[str, Any], timeout_s: float, meanwhile: Callable[[], None] | None = None) -> Reply:
+        """Send `request`, wait for its final reply for at most `timeout_s` seconds; `meanwhile`
+        runs once the request is sent, before the wait (the caller's own work, beside the worker's)."""
         if self.proc is None and request["kind"] != "hello":
             self.start()
         if request["kind"] in _TEST_START:
@@ -258,7 +260,11 @@ class WorkerHandle:
         try:
             write_frame(self._to_child, request)
         except BrokenPipeError:
+            if meanwhile is not None:
+                meanwhile()
             return self._dead(stage, log_start, t0)
+        if meanwhile is not None:
+            meanwhile()
         while True:
             try:
                 msg = self._reader.next()

@@ -48,14 +48,14 @@ class TzerFuzzer(Fuzzer):
                 self.pool.entries.append(Entry(gen["origin"], chain, list(gen["passes"]), func, test_id))
         return repaired
 
-    def step(self, worker: WorkerHandle | None = None) -> CaseResult | None:
+    def step(self, worker: WorkerHandle | None = None, defer: bool = False) -> CaseResult | None:
         worker = worker or self.worker
         if (id(worker), worker.deaths) not in self._warmed:  # a restarted worker is a fresh process
             case.warm_up(worker, seeds.seed(seeds.names()[0]), self.cfg.settings.timeout_s)
             self._warmed.add((id(worker), worker.deaths))  # after: a warm-up that died is not retried
-        return super().step(worker)
+        return super().step(worker, defer)
 
-    def _run_test(self, worker: WorkerHandle, test: _Test) -> CaseResult | None:
+    def _run_test(self, worker: WorkerHandle, test: _Test, defer: bool = False) -> CaseResult | None:
         with self.lock:
             if not self._take(test):
                 return None
