@@ -56,6 +56,7 @@ class TzerFuzzer(Fuzzer):
         return super().step(worker, defer)
 
     def _run_test(self, worker: WorkerHandle, test: _Test, defer: bool = False) -> CaseResult | None:
+        # `defer` changes nothing here: a TIR test has no proposal to overlap, it commits at once
         with self.lock:
             if not self._take(test):
                 return None
