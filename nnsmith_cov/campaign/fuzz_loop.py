@@ -164,8 +164,8 @@ class Fuzzer:
             self.probes.extend(graphs)
 
     def close(self) -> None:
-        for key in list(self._pending):
-            self._pending.pop(key)()
+        for w in self.workers:
+            self.flush(w)
         self.ledger.close()
 
     def done(self) -> bool:
@@ -244,8 +244,7 @@ class Fuzzer:
         test.stage = "generate"
         settings, known = self.cfg.settings, self.stats.signatures.__contains__
         if probe is not None:
-            with self.lock:
-                self.flush(worker)
+            self._locked(self.flush, worker)
             gen: Generated | None = _probe_test(probe, test.seed)
             prep = lambda: prepare(worker, probe[1], test.seed, settings)
         else:

@@ -259,12 +259,13 @@ class WorkerHandle:
         generated = None
         try:
             write_frame(self._to_child, request)
+            sent = True
         except BrokenPipeError:
-            if meanwhile is not None:
-                meanwhile()
-            return self._dead(stage, log_start, t0)
+            sent = False
         if meanwhile is not None:
             meanwhile()
+        if not sent:
+            return self._dead(stage, log_start, t0)
         while True:
             try:
                 msg = self._reader.next()
