@@ -7,7 +7,10 @@ total, pass-only and unique branches (reached by that seed's one mode only), and
 mode's ratios to each other mode: total branches, unique branches, and when the first mode
 reached the other's final coverage as a fraction of the run (issue 27's goals: on / off-var
 >= 1.15x total, >= 3x unique, at most 0.5 of the time). Writes into --out:
-summary.csv / summary.json / summary.md (those ratios, per seed and their geometric mean),
+summary.csv / summary.json / summary.md (those ratios, per seed and their geometric mean;
+in the .json and .md also the headroom: the pool of branches any campaign reached, every seed
+and mode together, and the total ratio the first mode would have had it reached the whole pool;
+and each mode's seeds compared with each other as the modes are, the ratios chance alone gives),
 coverage-time.png (every mode of every seed), and per seed `nnsmith-cov report`'s table and
 figures (seed-S/report).
 
@@ -68,6 +71,7 @@ class Run:
     covered: frozenset[str]
     times: Sequence[float]  # elapsed seconds after each new-coverage step
     branches: Sequence[int]  # branches covered by then
+    tests: int = 0  # tests the campaign ran in its time (feedback's choices change their cost)
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,8 @@ class Ratio:
     other_total: int
     first_unique: int
     other_unique: int
+    first_tests: int = 0
+    other_tests: int = 0
 
     def met(self) -> dict[str, bool]:
         """Which of the issue's goals this pair meets."""
@@ -92,6 +98,38 @@ class Ratio:
             "unique": self.unique is not None and self.unique >= GOALS["unique"],
             "reach": self.reach is not None and self.reach <= GOALS["reach"],
         }
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """How far the first mode's total ratio could go on what the benchmark's campaigns reached.
+
+    The pool is every branch any campaign of the benchmark reached (all seeds, all modes, the
+    same time each): code these settings showed reachable in that time. Had the first mode
+    reached the whole pool, its total ratio would be `ceiling`; a goal above it asks for code
+    that no campaign, steered or not, reached."""
+
+    seed: int
+    first: str
+    other: str
+    pool: int
+    first_share: float  # the first mode's branches / pool
+    other_share: float
+    ceiling: float | None  # pool / the other mode's branches
+
+
+@dataclass(frozen=True)
+class SeedSpread:
+    """Two seeds of one mode compared as the first mode is with another: the ratios that
+    chance alone gives (same settings, another seed), the yardstick for a pair's ratios."""
+
+    mode: str
+    seed_a: int
+    seed_b: int
+    total: float | None  # a's branches / b's
+    unique: float | None  # branches only a reached / branches only b reached
+    a_unique: int
+    b_unique: int
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -128,14 +166,61 @@ def ratios(seed: int, runs: Mapping[str, Run], first: str) -> list[Ratio]:
         if mode == first:
             continue
         total = len(a.covered) / len(b.covered) if b.covered else None
-        uniq = unique[first] / unique[mode] if unique[mode] else (math.inf if unique[first] else None)
+        uniq = _over(unique[first], unique[mode])
         target = b.branches[-1] if b.branches else 0
         when = next((t for t, n in zip(a.times, a.branches) if n >= target), None)
         end = b.times[-1] if b.times else 0.0
         reach = when / end if when is not None and end > 0 else None
         out.append(
-            Ratio(seed, first, mode, total, uniq, reach, len(a.covered), len(b.covered), unique[first], unique[mode])
+            Ratio(
+                seed,
+                first,
+                mode,
+                total,
+                uniq,
+                reach,
+                len(a.covered),
+                len(b.covered),
+                unique[first],
+                unique[mode],
+                a.tests,
+                b.tests,
+            )
         )
+    return out
+
+
+def _over(a: int, b: int) -> float | None:
+    return a / b if b else (math.inf if a else None)
+
+
+def headroom(per_seed: Mapping[int, Mapping[str, Run]], first: str) -> list[Headroom]:
+    """Per seed and other mode: the pooled branches of every campaign and the ratio ceiling."""
+    pool = len(frozenset().union(*(r.covered for runs in per_seed.values() for r in runs.values())))
+    out = []
+    for seed, runs in per_seed.items():
+        a = len(runs[first].covered)
+        for mode, r in runs.items():
+            if mode == first:
+                continue
+            b = len(r.covered)
+            shares = (a / pool, b / pool) if pool else (0.0, 0.0)
+            out.append(Headroom(seed, first, mode, pool, *shares, pool / b if b else None))
+    return out
+
+
+def seed_spread(per_seed: Mapping[int, Mapping[str, Run]]) -> list[SeedSpread]:
+    """Every pair of seeds of each mode, compared with each other."""
+    seeds = list(per_seed)
+    out = []
+    for mode in dict.fromkeys(m for runs in per_seed.values() for m in runs):
+        for i, sa in enumerate(seeds):
+            for sb in seeds[i + 1 :]:
+                if mode not in per_seed[sa] or mode not in per_seed[sb]:
+                    continue
+                a, b = per_seed[sa][mode].covered, per_seed[sb][mode].covered
+                only_a, only_b = len(a - b), len(b - a)
+                out.append(SeedSpread(mode, sa, sb, _over(len(a), len(b)), _over(only_a, only_b), only_a, only_b))
     return out
 
 
@@ -154,15 +239,16 @@ def _fmt(v: float | None, suffix: str = "x") -> str:
 def table(rows: Sequence[Ratio]) -> str:
     """The per-seed ratios and their geometric mean per pair, as a Markdown table."""
     lines = [
-        "| seed | pair | total | unique | reach (share of run) | branches | unique branches | goals met |",
-        "|---|---|---|---|---|---|---|---|",
+        "| seed | pair | total | unique | reach (share of run) | branches | unique branches | tests | goals met |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         met = ", ".join(k for k, ok in r.met().items() if ok) or "none"
         lines.append(
             f"| {r.seed} | {r.first} / {r.other} | {_fmt(r.total)} | {_fmt(r.unique)} "
             f"| {'never' if r.reach is None else _fmt(r.reach, '')} "
-            f"| {r.first_total} / {r.other_total} | {r.first_unique} / {r.other_unique} | {met} |"
+            f"| {r.first_total} / {r.other_total} | {r.first_unique} / {r.other_unique} "
+            f"| {r.first_tests} / {r.other_tests} | {met} |"
         )
     for pair in dict.fromkeys((r.first, r.other) for r in rows):
         mine = [r for r in rows if (r.first, r.other) == pair]
@@ -173,19 +259,65 @@ def table(rows: Sequence[Ratio]) -> str:
     return "\n".join(lines)
 
 
-def write_tables(out: Path, rows: Sequence[Ratio]) -> None:
-    """summary.csv, summary.json and summary.md in `out`."""
+def headroom_table(rows: Sequence[Headroom]) -> str:
+    """The pool, each pair's shares of it and the total-ratio ceiling, as a Markdown table."""
+    if not rows:
+        return ""
+    lines = [
+        f"Pool: {rows[0].pool} branches reached by any campaign (every seed and mode).",
+        "",
+        "| seed | pair | shares of the pool | total ratio if the first reached the whole pool | goal |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.seed} | {r.first} / {r.other} | {r.first_share:.3f} / {r.other_share:.3f} "
+            f"| {_fmt(r.ceiling)} | {GOALS['total']:.2f}x |"
+        )
+    return "\n".join(lines)
+
+
+def spread_table(rows: Sequence[SeedSpread]) -> str:
+    """Each mode's seeds against each other: the ratios chance alone gives, as a Markdown table."""
+    if not rows:
+        return ""
+    lines = ["| mode | seeds | total | unique | unique branches |", "|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(
+            f"| {r.mode} | {r.seed_a} / {r.seed_b} | {_fmt(r.total)} | {_fmt(r.unique)} | {r.a_unique} / {r.b_unique} |"
+        )
+    return "\n".join(lines)
+
+
+def summary_md(rows: Sequence[Ratio], room: Sequence[Headroom] = (), spread: Sequence[SeedSpread] = ()) -> str:
+    parts = [table(rows)]
+    if room:
+        parts += ["## Headroom", headroom_table(room)]
+    if spread:
+        parts += ["## Seeds of one mode against each other", spread_table(spread)]
+    return "\n\n".join(parts)
+
+
+def write_tables(
+    out: Path, rows: Sequence[Ratio], room: Sequence[Headroom] = (), spread: Sequence[SeedSpread] = ()
+) -> None:
+    """summary.csv (the ratios), summary.json and summary.md (everything) in `out`."""
     fields = list(Ratio.__dataclass_fields__)
     with open(out / "summary.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
         for r in rows:
             w.writerow({k: ("inf" if v == math.inf else v) for k, v in asdict(r).items()})
-    body = [asdict(r) | {"met": r.met()} for r in rows]
+    body = {
+        "goals": GOALS,
+        "ratios": [asdict(r) | {"met": r.met()} for r in rows],
+        "headroom": [asdict(r) for r in room],
+        "seed_spread": [asdict(r) for r in spread],
+    }
     # JSON has no infinity: a unique ratio over zero is written as null with its counts beside it
-    text = json.dumps({"goals": GOALS, "ratios": body}, indent=1, default=str).replace("Infinity", "null")
+    text = json.dumps(body, indent=1, default=str).replace("Infinity", "null")
     (out / "summary.json").write_text(text + "\n")
-    (out / "summary.md").write_text(table(rows) + "\n")
+    (out / "summary.md").write_text(summary_md(rows, room, spread) + "\n")
 
 
 def fuzz_argv(folder: Path, mode: str, seed: int, args: argparse.Namespace) -> list[str]:
@@ -228,7 +360,7 @@ def load_runs(folders: Mapping[str, Path]) -> tuple[dict[str, Run], dict[str, ob
     runs = {}
     for mode, c in campaigns.items():
         t = c.by_time
-        runs[mode] = Run(c.covered, t.x if t else (), t.branches if t else ())
+        runs[mode] = Run(c.covered, t.x if t else (), t.branches if t else (), c.tests or 0)
     return runs, campaigns
 
 
@@ -356,8 +488,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             per_seed[seed] = runs
             if not args.no_report:
                 report(folders, args.out / f"seed-{seed}" / "report")
-        write_tables(args.out, rows)
-        print("\n" + table(rows))
+        room, spread = headroom(per_seed, args.modes[0]), seed_spread(per_seed)
+        write_tables(args.out, rows, room, spread)
+        print("\n" + summary_md(rows, room, spread))
         figure = plot(args.out, per_seed)
         print(f"\ntables: {args.out}/summary.{{md,csv,json}}" + (f"; figure: {figure}" if figure else ""))
         return 0

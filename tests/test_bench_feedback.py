@@ -69,13 +69,38 @@ def test_ratios_compare_the_first_mode_with_each_other(bench):
     assert alone.total is None and alone.unique == math.inf and alone.reach is None
 
 
+def test_headroom_pools_every_campaign_and_seeds_of_one_mode_are_compared(bench, tmp_path):
+    per_seed = {
+        1: {"on": bench.Run(frozenset("abcd"), (), ()), "off-var": bench.Run(frozenset("abce"), (), ())},
+        2: {"on": bench.Run(frozenset("abf"), (), ()), "off-var": bench.Run(frozenset("ab"), (), ())},
+    }
+    room = bench.headroom(per_seed, "on")
+    # the pool is a-f: six branches, whichever seed or mode reached them
+    assert [(r.seed, r.other, r.pool) for r in room] == [(1, "off-var", 6), (2, "off-var", 6)]
+    assert room[0].first_share == pytest.approx(4 / 6) and room[0].other_share == pytest.approx(4 / 6)
+    assert room[0].ceiling == pytest.approx(6 / 4) and room[1].ceiling == pytest.approx(3.0)
+    spread = {r.mode: r for r in bench.seed_spread(per_seed)}
+    # on: seed 1 alone has c, d; seed 2 alone has f
+    assert (spread["on"].seed_a, spread["on"].seed_b) == (1, 2)
+    assert spread["on"].unique == 2.0 and spread["on"].total == pytest.approx(4 / 3)
+    assert spread["off-var"].unique == math.inf and (spread["off-var"].a_unique, spread["off-var"].b_unique) == (2, 0)
+    assert bench.seed_spread({1: per_seed[1]}) == []  # one seed: nothing to compare
+    bench.write_tables(tmp_path, bench.ratios(1, per_seed[1], "on"), room, list(spread.values()))
+    md = (tmp_path / "summary.md").read_text()
+    assert "Pool: 6 branches" in md and "| 2 | on / off-var | 0.500 / 0.333 | 3.00x | 1.15x |" in md
+    assert "| off-var | 1 / 2 | 2.00x | inf | 2 / 0 |" in md
+    data = json.loads((tmp_path / "summary.json").read_text())
+    assert data["headroom"][1]["ceiling"] == 3.0 and data["seed_spread"][1]["unique"] is None
+
+
 def test_tables_list_each_seed_and_the_geometric_mean(bench, tmp_path):
-    a = bench.Run(frozenset("abcd"), (1.0, 4.0), (2, 4))
-    b = bench.Run(frozenset("ab"), (1.0, 4.0), (1, 2))
+    a = bench.Run(frozenset("abcd"), (1.0, 4.0), (2, 4), tests=30)
+    b = bench.Run(frozenset("ab"), (1.0, 4.0), (1, 2), tests=20)
     rows = bench.ratios(1, {"on": a, "off-var": b}, "on") + bench.ratios(2, {"on": b, "off-var": a}, "on")
     bench.write_tables(tmp_path, rows)
     md = (tmp_path / "summary.md").read_text()
     assert "| 1 | on / off-var | 2.00x | inf |" in md and "| geomean | on / off-var | 1.00x |" in md
+    assert "| 4 / 2 | 2 / 0 | 30 / 20 | total, unique, reach |" in md  # branches, unique, tests
     data = json.loads((tmp_path / "summary.json").read_text())
     assert [r["seed"] for r in data["ratios"]] == [1, 2] and data["ratios"][0]["unique"] is None
     assert data["ratios"][0]["met"]["total"] is True and data["goals"]["unique"] == 3.0

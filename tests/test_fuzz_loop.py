@@ -206,10 +206,10 @@ def asked(monkeypatch) -> list[str]:
     levels: list[str] = []
     call = WorkerHandle.call
 
-    def counting(self, request, timeout_s, meanwhile=None):
+    def counting(self, request, timeout_s, meanwhile=None, then_s=None):
         if request["kind"] == "run":
             levels.append(request["opt"])
-        return call(self, request, timeout_s, meanwhile)
+        return call(self, request, timeout_s, meanwhile, then_s)
 
     monkeypatch.setattr(WorkerHandle, "call", counting)
     return levels
@@ -258,10 +258,10 @@ def test_a_commit_made_beside_the_next_test_stores_what_one_made_at_once_stores(
         order.append(("commit", t.test_id))
         return commit(self, t, *args, **kwargs)
 
-    def calling(self, request, timeout_s, meanwhile=None):
+    def calling(self, request, timeout_s, meanwhile=None, then_s=None):
         if request["kind"] == "propose":
             order.append(("propose", request["test"]))
-        return call(self, request, timeout_s, meanwhile)
+        return call(self, request, timeout_s, meanwhile, then_s)
 
     monkeypatch.setattr(Ledger, "commit", committing)
     monkeypatch.setattr(WorkerHandle, "call", calling)

@@ -9,12 +9,14 @@ process does not reach:
   "always"     every fresh graph raises RuntimeError("the generator is broken")
   "seed:<n>"   generating with seed n raises ZeroDivisionError("injected"), fresh or grown
   "kill:<n>"   generating with seed n kills the worker (SIGKILL)
+  "slow_search" every value search sleeps 300 s first (PyTorch stuck in one long call)
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 
 from fake_coverage import SigmoidPays as _SigmoidPays
 
@@ -40,6 +42,16 @@ def _install(spec: str) -> None:
             return real_with(*args, **kwargs)
 
         baselines.generate_with = faulty_with
+    elif spec == "slow_search":
+        from nnsmith_cov.search import gradient
+
+        real_search = gradient.search_values
+
+        def stuck(*args, **kwargs):
+            time.sleep(300)
+            return real_search(*args, **kwargs)
+
+        gradient.search_values = stuck
     elif spec.startswith(("seed:", "kill:")):
         bad, real = int(spec.split(":", 1)[1]), generator._generate
 

@@ -10,6 +10,7 @@ import z3
 
 from nnsmith_cov.abstract.choice import ChoiceSource
 from nnsmith_cov.abstract.op import AttrKind
+from nnsmith_cov.abstract.terms import conj, eq, ge, le
 
 
 def n_bins(kind: AttrKind, k: int) -> int:
@@ -41,10 +42,10 @@ def draw_bin(
     else:
         i, sign = abs(idx - k), (1 if idx >= k else -1)
     if i == 0:
-        return 0, sym == 0
+        return 0, eq(sym, 0)
     lo, hi = bin_range(draw, i, k)
     if sign > 0:
-        cons = sym >= lo if hi is None else z3.And(sym >= lo, sym <= hi)
+        cons = ge(sym, lo) if hi is None else conj(ge(sym, lo), le(sym, hi))
     else:
-        cons = sym <= -lo if hi is None else z3.And(sym <= -lo, sym >= -hi)
+        cons = le(sym, -lo) if hi is None else conj(le(sym, -lo), ge(sym, -hi))
     return sign * i, cons

@@ -23,6 +23,7 @@ from nnsmith_cov.abstract.dtype import DType
 from nnsmith_cov.abstract.op_facts import Domain, Elements, Monotone, ValueMap
 from nnsmith_cov.abstract.symbols import int_sym
 from nnsmith_cov.abstract.tensor import AbsTensor, Dim
+from nnsmith_cov.abstract.terms import disj, eq, ge
 
 MAX_RANK = 5
 # The largest magnitude a symbolic attribute may take: PyTorch narrows pooling windows and
@@ -225,7 +226,7 @@ class OpSpec:
         """SIZE attributes >= 1 and PAD ones >= 0; the generator adds these to `requires`
         (binning alone cannot hold them there: a dropped bin leaves them free)."""
         low = {AttrKind.SIZE: 1, AttrKind.PAD: 0}
-        return [sym >= low[self.kinds[n]] for n, sym in self.sym.items() if self.kinds[n] in low]
+        return [ge(sym, low[self.kinds[n]]) for n, sym in self.sym.items() if self.kinds[n] in low]
 
     def attr_limits(self) -> list[z3.BoolRef]:
         """Every symbolic attribute within +-ATTR_LIMIT. Added only when a model breaks them
@@ -314,8 +315,8 @@ class Broadcast(OpSpec):
         for pos in range(rank):
             out = int_sym(f"{self!r}.out{pos}")
             dims = [t.shape[pos - (rank - t.rank)] for t in x if pos >= rank - t.rank]
-            cons += [z3.Or(d == out, d == 1) for d in dims]
-            cons.append(z3.Or([d == out for d in dims]))
+            cons += [disj(eq(d, out), eq(d, 1)) for d in dims]
+            cons.append(disj(*[eq(d, out) for d in dims]))
         return cons
 
     def in_ranks_for(self, draw: ChoiceSource, out_rank: int) -> list[int] | None:

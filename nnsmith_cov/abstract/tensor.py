@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import functools
-import operator
 from dataclasses import dataclass
 
 import z3
 
 from nnsmith_cov.abstract.dtype import DType
+from nnsmith_cov.abstract.terms import Dim, ge, product
 
-Dim = z3.ArithRef | int
+__all__ = ["AbsTensor", "Dim", "TensorType", "eval_int", "nelement"]
 
 
 def nelement(shape: list[Dim]) -> Dim:
-    return functools.reduce(operator.mul, shape, 1)
+    return product(shape)
 
 
 @dataclass
@@ -32,19 +31,8 @@ class AbsTensor:
         return nelement(self.shape)
 
     def positive(self) -> list[z3.BoolRef | bool]:
-        """dim >= 1 for each dim (plain bools for concrete dims). Integer terms go through
-        Z3's C API: the same terms as `d >= 1` makes, without its coercions (a few per cent
-        of generation time)."""
-        out: list[z3.BoolRef | bool] = []
-        one = None
-        for d in self.shape:
-            if isinstance(d, z3.ArithRef) and d.is_int():
-                if one is None:
-                    one = z3.IntVal(1, d.ctx)
-                out.append(z3.BoolRef(z3.Z3_mk_ge(d.ctx_ref(), d.as_ast(), one.as_ast()), d.ctx))
-            else:
-                out.append(d >= 1)
-        return out
+        """dim >= 1 for each dim (plain bools for concrete dims)."""
+        return [ge(d, 1) for d in self.shape]
 
     def concrete(self, model: z3.ModelRef) -> TensorType:
         return TensorType(tuple(eval_int(model, d) for d in self.shape), self.dtype)

@@ -140,9 +140,9 @@ class WorkerHost:
     def universe(self, timeout_s: float) -> bytes:
         return self._guarded(lambda: {"universe": self.handle.universe(timeout_s).to_bytes()})
 
-    def call(self, request: bytes, timeout_s: float) -> bytes:
+    def call(self, request: bytes, timeout_s: float, then_s: float | None = None) -> bytes:
         def serve() -> dict[str, Any]:
-            reply = self.handle.call(unpack_msgpack(request, "request"), timeout_s)
+            reply = self.handle.call(unpack_msgpack(request, "request"), timeout_s, then_s=then_s)
             fields = ("msg", "stage", "died", "hung", "log", "elapsed_ms", "generated")
             return {"reply": {k: getattr(reply, k) for k in fields}}
 
@@ -243,9 +243,15 @@ class RayWorkerHandle:
             raise WorkerStartError(str(e)) from None
         return Universe.from_bytes(out["universe"])
 
-    def call(self, request: dict[str, Any], timeout_s: float, meanwhile: Callable[[], None] | None = None) -> Reply:
+    def call(
+        self,
+        request: dict[str, Any],
+        timeout_s: float,
+        meanwhile: Callable[[], None] | None = None,
+        then_s: float | None = None,
+    ) -> Reply:
         data = msgpack.packb(request, use_bin_type=True)
-        ref = self._actor().call.remote(data, timeout_s)
+        ref = self._actor().call.remote(data, timeout_s, then_s)
         if meanwhile is not None:  # as WorkerHandle.call: the caller's work beside the actor's
             meanwhile()
         out = self._get(ref, timeout_s + GRACE_S, request["kind"])

@@ -22,6 +22,8 @@ from nnsmith_cov.oracle.precision import judge_precision
 from nnsmith_cov.oracle.refusal import error_class
 from nnsmith_cov.oracle.signature import death_signature, error_signature, mismatch_signature
 
+PREPARE_SLACK_S = 5.0  # the export's share of a prepare deadline (it takes tens of milliseconds)
+
 
 @dataclass
 class CaseSettings:
@@ -35,6 +37,15 @@ class CaseSettings:
     timeout_s: float = 60.0  # per worker request (search + export, or one backend at one opt level)
     search: dict[str, Any] = field(default_factory=lambda: {"method": "gradient", "max_iters": 256, "budget_ms": 5000})
     localize: bool = True  # re-run at O0 after a failure at OPT
+
+    def prepare_timeout_s(self) -> float:
+        """PyTorch's side of a test (value search, then export): twice the search's own budget
+        and PREPARE_SLACK_S for the export, within `timeout_s`. The search stops at its budget
+        between steps, but not inside one PyTorch call: a float16 ConvTranspose2d of a 1x1
+        input with a stride of 65,536 ran 63 s on this CPU, and its test held a 15-minute
+        campaign for 80 s. Past this it is a PyTorch hang at the stage it was in."""
+        budget_s = float(self.search.get("budget_ms") or 0) / 1000
+        return min(self.timeout_s, 2 * budget_s + PREPARE_SLACK_S)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -112,7 +123,7 @@ class CaseResult:
 def prepare(worker: WorkerHandle, graph: GraphIR, seed: int, settings: CaseSettings) -> tuple[Prepared, Finding | None]:
     """Value search and export in the worker; a death, hang or error there is a PyTorch finding."""
     request = {"kind": "prepare", "graph": graph.to_json(), "seed": seed, "search": settings.search}
-    reply = worker.call(request, settings.timeout_s)
+    reply = worker.call(request, settings.prepare_timeout_s())
     msg = reply.msg or {}
     prepared = Prepared(
         graph,
@@ -171,7 +182,7 @@ def propose(
     from nnsmith_cov.campaign.proposal import record_from_json
     from nnsmith_cov.ops import is_op
 
-    reply = worker.call(request, settings.timeout_s + gen_s, meanwhile)
+    reply = worker.call(request, settings.timeout_s + gen_s, meanwhile, settings.prepare_timeout_s())
     msg = reply.msg or {}
     if msg.get("kind") == "gen_failed":
         return Proposed(failed=True)

@@ -241,9 +241,16 @@ class WorkerHandle:
         self.proc = None
 
     # -- calls -------------------------------------------------------------------
-    def call(self, request: dict[str, Any], timeout_s: float, meanwhile: Callable[[], None] | None = None) -> Reply:
+    def call(
+        self,
+        request: dict[str, Any],
+        timeout_s: float,
+        meanwhile: Callable[[], None] | None = None,
+        then_s: float | None = None,
+    ) -> Reply:
         """Send `request`, wait for its final reply for at most `timeout_s` seconds; `meanwhile`
-        runs once the request is sent, before the wait (the caller's own work, beside the worker's)."""
+        runs once the request is sent, before the wait (the caller's own work, beside the worker's);
+        `then_s`: once the worker says its graph is made, at most that many seconds more."""
         if self.proc is None and request["kind"] != "hello":
             self.start()
         if request["kind"] in _TEST_START:
@@ -255,6 +262,7 @@ class WorkerHandle:
             os.truncate(self.log_path, 0)  # the child appends (O_APPEND), so cutting is safe
             log_start = 0
         t0 = time.monotonic()
+        deadline = t0 + timeout_s
         stage = None
         generated = None
         try:
@@ -278,6 +286,8 @@ class WorkerHandle:
                     continue
                 if msg["kind"] == "generated":
                     generated = msg
+                    if then_s is not None:
+                        deadline = min(deadline, time.monotonic() + then_s)
                     continue
                 if msg["kind"] == "attach":  # the worker asks to be followed (binary collector)
                     write_frame(self._to_child, self._attach(msg))
@@ -288,7 +298,7 @@ class WorkerHandle:
                     raise WorkerFault(msg["message"] + "\n" + msg.get("traceback", ""))
                 elapsed = (time.monotonic() - t0) * 1e3
                 return Reply(msg, stage, log=self._log_since(log_start), elapsed_ms=elapsed, generated=generated)
-            left = timeout_s - (time.monotonic() - t0)
+            left = deadline - time.monotonic()
             if left <= 0:
                 self._kill()
                 reply = self._dead(stage, log_start, t0, generated)

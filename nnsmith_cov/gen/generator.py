@@ -8,6 +8,7 @@ through `GenConfig`, and `GenRecord` reports which ones were actually taken.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from nnsmith_cov.abstract.dtype import DType
 from nnsmith_cov.abstract.op import ATTR_LIMIT, MAX_OPSET, MIN_OPSET, AttrKind, OpSpec
 from nnsmith_cov.abstract.symbols import fresh_context, int_sym
 from nnsmith_cov.abstract.tensor import AbsTensor
+from nnsmith_cov.abstract.terms import eq, le
 from nnsmith_cov.gen.binning import BinChoice, BinFitter, weights_for
 from nnsmith_cov.gen.export_plan import static_input_dims
 from nnsmith_cov.gen.feasibility import prove_infeasible
@@ -227,7 +229,7 @@ class _Builder:
         """Positive dims and the element cap: applies to every tensor, weights too."""
         cons = t.positive()
         if t.rank:
-            cons.append(t.nelement() <= self.cfg.max_elems)
+            cons.append(le(t.nelement(), self.cfg.max_elems))
         return cons
 
     def placeholders(self) -> list[int]:
@@ -327,7 +329,7 @@ class _Builder:
         if out.rank != tt.rank or out.dtype != tt.dtype or not self.allowed(ins):
             return False
         cons = op.attr_domains() + list(op.requires(ins))
-        cons += [a == b for a, b in zip(out.shape, tt.shape)]
+        cons += [eq(a, b) for a, b in zip(out.shape, tt.shape)]
         for t in ins + op.inner_tensors(ins):
             cons += self.well_sized(t)
         if not self.solver.try_add(cons, self.cfg.insert_check_rlimit):
@@ -465,6 +467,13 @@ def generate(
     raise GenerationError(f"{len(dropped)} graphs proven to have no NaN/Inf-free values (last: {dropped[-1]})")
 
 
+@functools.lru_cache(maxsize=64)
+def _exportable_ops(ops: tuple[type[OpSpec], ...], opset: int) -> tuple[type[OpSpec], ...]:
+    """The ops with a signature that exports at `opset`: the others could never be inserted.
+    A function of the classes alone, asked for every graph: cached."""
+    return tuple(o for o in ops if any(o.opset_floor(sig[0][0]) <= opset for sig in o.sigs))
+
+
 def _generate(
     cfg: GenConfig, seed: int, prefix: Sequence[tuple[str, Replayed]], stream: int, lenient: bool = False
 ) -> Generated:
@@ -479,8 +488,7 @@ def _generate(
         weights = [cfg.opset_weights.get(o, 1.0) for o in opsets] if cfg.opset_weights else None
         opsets = [draw.choice("export.opset", opsets, weights)]
     b = _Builder(cfg, draw, solver, opsets[0])
-    # Ops none of whose signatures exports at the graph's opset could never be inserted.
-    ops = [o for o in cfg.ops if any(b.exportable(o, sig[0][0]) for sig in o.sigs)]
+    ops = list(_exportable_ops(tuple(cfg.ops), b.opset))
     if not ops:
         raise GenerationError(f"no operator exports at opset {b.opset}")
     weights = [cfg.op_weights.get(o.name(), 1.0) for o in ops] if cfg.op_weights else None
