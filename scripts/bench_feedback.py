@@ -46,7 +46,7 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -236,57 +236,63 @@ def _fmt(v: float | None, suffix: str = "x") -> str:
     return "inf" if v == math.inf else f"{v:.2f}{suffix}"
 
 
+def _markdown(header: Sequence[str], body: Iterable[Sequence[object]]) -> list[str]:
+    """A Markdown table's lines."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in body]
+
+
 def table(rows: Sequence[Ratio]) -> str:
     """The per-seed ratios and their geometric mean per pair, as a Markdown table."""
-    lines = [
-        "| seed | pair | total | unique | reach (share of run) | branches | unique branches | tests | goals met |",
-        "|---|---|---|---|---|---|---|---|---|",
+    header = ["seed", "pair", "total", "unique", "reach (share of run)", "branches", "unique branches", "tests"]
+    body = [
+        [
+            r.seed,
+            f"{r.first} / {r.other}",
+            _fmt(r.total),
+            _fmt(r.unique),
+            "never" if r.reach is None else _fmt(r.reach, ""),
+            f"{r.first_total} / {r.other_total}",
+            f"{r.first_unique} / {r.other_unique}",
+            f"{r.first_tests} / {r.other_tests}",
+            ", ".join(k for k, ok in r.met().items() if ok) or "none",
+        ]
+        for r in rows
     ]
-    for r in rows:
-        met = ", ".join(k for k, ok in r.met().items() if ok) or "none"
-        lines.append(
-            f"| {r.seed} | {r.first} / {r.other} | {_fmt(r.total)} | {_fmt(r.unique)} "
-            f"| {'never' if r.reach is None else _fmt(r.reach, '')} "
-            f"| {r.first_total} / {r.other_total} | {r.first_unique} / {r.other_unique} "
-            f"| {r.first_tests} / {r.other_tests} | {met} |"
-        )
     for pair in dict.fromkeys((r.first, r.other) for r in rows):
         mine = [r for r in rows if (r.first, r.other) == pair]
-        lines.append(
-            f"| geomean | {pair[0]} / {pair[1]} | {_fmt(geomean([r.total for r in mine]))} "
-            f"| {_fmt(geomean([r.unique for r in mine]))} | {_fmt(geomean([r.reach for r in mine]), '')} | | | |"
-        )
-    return "\n".join(lines)
+        means = [geomean([r.total for r in mine]), geomean([r.unique for r in mine])]
+        reach = geomean([r.reach for r in mine])
+        body.append(["geomean", f"{pair[0]} / {pair[1]}", *map(_fmt, means), _fmt(reach, ""), "", "", "", ""])
+    return "\n".join(_markdown([*header, "goals met"], body))
 
 
 def headroom_table(rows: Sequence[Headroom]) -> str:
     """The pool, each pair's shares of it and the total-ratio ceiling, as a Markdown table."""
     if not rows:
         return ""
-    lines = [
-        f"Pool: {rows[0].pool} branches reached by any campaign (every seed and mode).",
-        "",
-        "| seed | pair | shares of the pool | total ratio if the first reached the whole pool | goal |",
-        "|---|---|---|---|---|",
+    header = ["seed", "pair", "shares of the pool", "total ratio if the first reached the whole pool", "goal"]
+    body = [
+        [
+            r.seed,
+            f"{r.first} / {r.other}",
+            f"{r.first_share:.3f} / {r.other_share:.3f}",
+            _fmt(r.ceiling),
+            f"{GOALS['total']:.2f}x",
+        ]
+        for r in rows
     ]
-    for r in rows:
-        lines.append(
-            f"| {r.seed} | {r.first} / {r.other} | {r.first_share:.3f} / {r.other_share:.3f} "
-            f"| {_fmt(r.ceiling)} | {GOALS['total']:.2f}x |"
-        )
-    return "\n".join(lines)
+    pool = f"Pool: {rows[0].pool} branches reached by any campaign (every seed and mode)."
+    return "\n".join([pool, "", *_markdown(header, body)])
 
 
 def spread_table(rows: Sequence[SeedSpread]) -> str:
     """Each mode's seeds against each other: the ratios chance alone gives, as a Markdown table."""
-    if not rows:
-        return ""
-    lines = ["| mode | seeds | total | unique | unique branches |", "|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(
-            f"| {r.mode} | {r.seed_a} / {r.seed_b} | {_fmt(r.total)} | {_fmt(r.unique)} | {r.a_unique} / {r.b_unique} |"
-        )
-    return "\n".join(lines)
+    body = [
+        [r.mode, f"{r.seed_a} / {r.seed_b}", _fmt(r.total), _fmt(r.unique), f"{r.a_unique} / {r.b_unique}"]
+        for r in rows
+    ]
+    return "\n".join(_markdown(["mode", "seeds", "total", "unique", "unique branches"], body)) if rows else ""
 
 
 def summary_md(rows: Sequence[Ratio], room: Sequence[Headroom] = (), spread: Sequence[SeedSpread] = ()) -> str:
