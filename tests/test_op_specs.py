@@ -101,6 +101,15 @@ def test_spec_exports_the_onnx_op_it_targets(name):
         assert set(TARGETS[name]) <= found, f"{name} {sig_key(sig)} exported as {sorted(found)}"
 
 
+def test_an_op_exports_at_an_opset_with_the_first_input_dtypes_its_floors_allow():
+    reduce_max = op_by_name("ReduceMax")  # int8 and uint8 from opset 12, bool from 20
+    assert reduce_max.exports_at(DType.float32, 11) and not reduce_max.exports_at(DType.int8, 11)
+    assert reduce_max.exports_at(DType.int8, 12) and not reduce_max.exports_at(DType.bool, 19)
+    assert {DType.int8, DType.uint8, DType.bool}.isdisjoint(reduce_max.export_dtypes(11))
+    assert reduce_max.export_dtypes(20) == {sig[0][0] for sig in reduce_max.sigs}
+    assert reduce_max.export_dtypes(12) == reduce_max.export_dtypes(20) - {DType.bool}
+
+
 def test_scatters_reach_each_reduction():
     reductions = {"ScatterAdd": set(), "ScatterReduce": set()}
     for name, seen in reductions.items():

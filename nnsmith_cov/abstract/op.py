@@ -162,6 +162,16 @@ class OpSpec:
         return max(cls.min_opset, cls.min_opset_for.get(dtype, cls.min_opset))
 
     @classmethod
+    def exports_at(cls, dtype: DType, opset: int) -> bool:
+        """An instance whose first input has `dtype` can be exported at `opset`."""
+        return cls.opset_floor(dtype) <= opset
+
+    @classmethod
+    def export_dtypes(cls, opset: int) -> frozenset[DType]:
+        """The first-input dtypes of the signatures that export at `opset`."""
+        return frozenset(sig[0][0] for sig in cls.sigs if cls.exports_at(sig[0][0], opset))
+
+    @classmethod
     def monotone_for(cls, a: Attrs) -> Monotone:
         """`monotone` for an instance with attributes `a` (ops whose attributes decide override)."""
         return cls.monotone

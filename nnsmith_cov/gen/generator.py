@@ -238,7 +238,7 @@ class _Builder:
     # -- insertion -----------------------------------------------------------------
     def exportable(self, op: type[OpSpec] | OpSpec, in_dtype: DType) -> bool:
         """The op with this first input dtype exports at the graph's opset."""
-        return op.opset_floor(in_dtype) <= self.opset
+        return op.exports_at(in_dtype, self.opset)
 
     def forward(self, op: OpSpec, dtypes: frozenset[DType] | None = None) -> bool:
         """Insert `op` after existing values; `dtypes`, when given, limits its inputs to
@@ -471,7 +471,7 @@ def generate(
 def _exportable_ops(ops: tuple[type[OpSpec], ...], opset: int) -> tuple[type[OpSpec], ...]:
     """The ops with a signature that exports at `opset`: the others could never be inserted.
     A function of the classes alone, asked for every graph: cached."""
-    return tuple(o for o in ops if any(o.opset_floor(sig[0][0]) <= opset for sig in o.sigs))
+    return tuple(o for o in ops if o.export_dtypes(opset))
 
 
 def _generate(

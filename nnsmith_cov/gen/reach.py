@@ -83,11 +83,6 @@ def _forward_ranks(cls: type[OpSpec]) -> frozenset[int] | None:
     return frozenset.intersection(*data) or data[0]
 
 
-def _first_dtypes(cls: type[OpSpec], opset: int) -> frozenset[DType]:
-    """Dtypes the op's first input takes in signatures that export at `opset`."""
-    return frozenset(sig[0][0] for sig in cls.sigs if cls.opset_floor(sig[0][0]) <= opset)
-
-
 def bridge_for(
     cls: type[OpSpec],
     value_dtypes: Iterable[DType],
@@ -111,7 +106,7 @@ def bridge_for(
     if cls.name() == BRIDGE_OP or getattr(cls, "target", None) is not None:
         return None
     ranks = _forward_ranks(cls)
-    dtypes = _first_dtypes(cls, opset)
+    dtypes = cls.export_dtypes(opset)
     if not dtypes.isdisjoint(value_dtypes):
         reshape = next((o for o in ops if o.name() == BRIDGE_OP), None)
         if reshape is None or ranks is None or len(ranks) > 2:
@@ -144,7 +139,7 @@ def _casts(
         target = getattr(o, "target", None)
         if not o.name().startswith("Cast") or not isinstance(target, DType):
             continue
-        sources = dtypes & _first_dtypes(o, opset)
+        sources = dtypes & o.export_dtypes(opset)
         if sources:
             found[target] = (o, sources)
     return found
