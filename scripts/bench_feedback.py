@@ -10,7 +10,9 @@ reached the other's final coverage as a fraction of the run (issue 27's goals: o
 summary.csv / summary.json / summary.md (those ratios, per seed and their geometric mean;
 in the .json and .md also the headroom: the pool of branches any campaign reached, every seed
 and mode together, and the total ratio the first mode would have had it reached the whole pool;
-and each mode's seeds compared with each other as the modes are, the ratios chance alone gives),
+each mode's seeds compared with each other as the modes are, the ratios chance alone gives, and
+where each mode's unique branches came from: the corpus entries that first reached them, the
+largest of those finds, and the unique ratio without each side's five largest),
 coverage-time.png (every mode of every seed), and per seed `nnsmith-cov report`'s table and
 figures (seed-S/report).
 
@@ -49,6 +51,8 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+import numpy as np
 
 # The `fuzz` flags of each mode.
 MODES = {
@@ -132,6 +136,48 @@ class SeedSpread:
     b_unique: int
 
 
+@dataclass(frozen=True)
+class Find:
+    """One corpus entry that first reached some of a mode's unique branches."""
+
+    branches: int  # unique branches this entry reached before any other entry of its campaign
+    elapsed_s: float
+    test: int
+    status: str
+
+
+@dataclass(frozen=True)
+class Finds:
+    """Where one mode's unique branches of one seed came from (`first_finds`).
+
+    On native code a single test can reach hundreds of branches nothing else reaches (a new
+    error path of the compiler, a kernel variant): then the unique column counts a few lucky
+    tests, and its ratio says more about those draws than about steering. `top` is how many of
+    the unique branches the TOP largest finds hold."""
+
+    seed: int
+    mode: str
+    unique: int
+    tests: int  # corpus entries that first reached at least one unique branch
+    largest: Find | None
+    top: int
+
+
+@dataclass(frozen=True)
+class Trimmed:
+    """The unique ratio of a pair with each side's TOP largest finds left out."""
+
+    seed: int
+    first: str
+    other: str
+    unique: float | None
+    first_rest: int
+    other_rest: int
+
+
+TOP = 5  # the largest finds left out of the trimmed unique ratio
+
+
 def parse_seeds(text: str) -> list[int]:
     """ "1,2" or "1-3" (or a mix) to distinct non-negative seeds in order."""
     seeds: list[int] = []
@@ -154,12 +200,15 @@ def parse_modes(text: str) -> list[str]:
     return modes
 
 
+def unique_sets(runs: Mapping[str, Run]) -> dict[str, frozenset[str]]:
+    """Per mode, the branches no other mode of the seed reached (the Venn diagram's own regions)."""
+    return {m: r.covered - frozenset().union(*(o.covered for k, o in runs.items() if k != m)) for m, r in runs.items()}
+
+
 def ratios(seed: int, runs: Mapping[str, Run], first: str) -> list[Ratio]:
     """`first` against each other mode of one seed. Unique branches are those no other mode
-    of this seed reached (the Venn diagram's own regions)."""
-    unique = {
-        m: len(r.covered - frozenset().union(*(o.covered for k, o in runs.items() if k != m))) for m, r in runs.items()
-    }
+    of this seed reached."""
+    unique = {m: len(u) for m, u in unique_sets(runs).items()}
     a = runs[first]
     out = []
     for mode, b in runs.items():
@@ -221,6 +270,73 @@ def seed_spread(per_seed: Mapping[int, Mapping[str, Run]]) -> list[SeedSpread]:
                 a, b = per_seed[sa][mode].covered, per_seed[sb][mode].covered
                 only_a, only_b = len(a - b), len(b - a)
                 out.append(SeedSpread(mode, sa, sb, _over(len(a), len(b)), _over(only_a, only_b), only_a, only_b))
+    return out
+
+
+def attribute(entries: Iterable[tuple[float, int, str, np.ndarray]], wanted: np.ndarray) -> list[Find]:
+    """Each entry's share of the `wanted` branches (a boolean mask over the universe) that it
+    reached first, entries taken in the order given (elapsed time); largest first."""
+    wanted = wanted.copy()
+    finds = []
+    for elapsed, test, status, index in entries:
+        index = index[index < len(wanted)]
+        new = index[wanted[index]]
+        if len(new):
+            wanted[new] = False
+            finds.append(Find(len(new), elapsed, test, status))
+    return sorted(finds, key=lambda f: (-f.branches, f.elapsed_s))
+
+
+def first_finds(folder: Path, keys: frozenset[str]) -> list[Find]:
+    """The corpus entries of the campaign in `folder` that first reached the branches `keys`."""
+    from nnsmith_cov.corpus.records import CorpusError
+    from nnsmith_cov.corpus.store import CorpusStore
+    from nnsmith_cov.coverage.universe import Universe
+    from nnsmith_cov.report.load import corpus_folder
+
+    try:
+        with CorpusStore.open(corpus_folder(folder), readonly=True) as store:
+            with store.snapshot() as view:
+                data, virgin = view.get("meta", b"universe"), view.virgin()
+            if data is None or virgin is None:
+                raise BenchError(f"{folder}: damaged corpus (no universe or coverage map)")
+            universe = Universe.from_bytes(bytes(data))
+            wanted = np.zeros(len(universe), dtype=bool)
+            for i in virgin.covered():
+                wanted[i] = universe.key(int(i)) in keys
+            order = sorted((r.elapsed_s, t, r.status) for t, r in store.entries(include_finding_only=True))
+
+            def entries() -> Iterable[tuple[float, int, str, np.ndarray]]:
+                for elapsed, test, status in order:
+                    hits = store.hits(test)
+                    if hits is not None:
+                        yield elapsed, test, status, hits.index.astype(np.int64)
+
+            return attribute(entries(), wanted)
+    except (CorpusError, ValueError) as e:
+        raise BenchError(f"{folder}: {e}") from None
+
+
+def seed_finds(seed: int, runs: Mapping[str, Run], folders: Mapping[str, Path]) -> list[Finds]:
+    """Per mode of one seed, where its unique branches came from."""
+    out = []
+    for mode, keys in unique_sets(runs).items():
+        finds = first_finds(folders[mode], keys) if keys else []
+        top = sum(f.branches for f in finds[:TOP])
+        out.append(Finds(seed, mode, len(keys), len(finds), finds[0] if finds else None, top))
+    return out
+
+
+def trimmed(finds: Sequence[Finds], first: str) -> list[Trimmed]:
+    """Per seed, `first`'s unique ratio to each other mode without each side's TOP largest finds."""
+    by = {(f.seed, f.mode): f for f in finds}
+    out = []
+    for f in finds:
+        if f.mode == first or (f.seed, first) not in by:
+            continue
+        a = by[(f.seed, first)]
+        rest_a, rest_b = a.unique - a.top, f.unique - f.top
+        out.append(Trimmed(f.seed, first, f.mode, _over(rest_a, rest_b), rest_a, rest_b))
     return out
 
 
@@ -295,18 +411,45 @@ def spread_table(rows: Sequence[SeedSpread]) -> str:
     return "\n".join(_markdown(["mode", "seeds", "total", "unique", "unique branches"], body)) if rows else ""
 
 
-def summary_md(rows: Sequence[Ratio], room: Sequence[Headroom] = (), spread: Sequence[SeedSpread] = ()) -> str:
+def finds_table(finds: Sequence[Finds], trims: Sequence[Trimmed]) -> str:
+    """Where each mode's unique branches came from, and the unique ratios without the largest finds."""
+    if not finds:
+        return ""
+    body = []
+    for f in finds:
+        big = f.largest
+        largest = "" if big is None else f"{big.branches} (test {big.test} at {big.elapsed_s:.0f} s, {big.status})"
+        body.append([f.seed, f.mode, f.unique, f.tests, largest, f.top])
+    header = ["seed", "mode", "unique branches", "entries first reaching them", "largest find", f"largest {TOP}"]
+    lines = _markdown(header, body)
+    if trims:
+        rows = [[t.seed, f"{t.first} / {t.other}", _fmt(t.unique), f"{t.first_rest} / {t.other_rest}"] for t in trims]
+        lines += ["", *_markdown(["seed", "pair", f"unique without each side's {TOP} largest finds", "branches"], rows)]
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Yardsticks:
+    """What the ratios are measured against: the headroom, the seed spread, the unique branches' finds."""
+
+    room: Sequence[Headroom] = ()
+    spread: Sequence[SeedSpread] = ()
+    finds: Sequence[Finds] = ()
+    trims: Sequence[Trimmed] = ()
+
+
+def summary_md(rows: Sequence[Ratio], sticks: Yardsticks = Yardsticks()) -> str:
     parts = [table(rows)]
-    if room:
-        parts += ["## Headroom", headroom_table(room)]
-    if spread:
-        parts += ["## Seeds of one mode against each other", spread_table(spread)]
+    if sticks.room:
+        parts += ["## Headroom", headroom_table(sticks.room)]
+    if sticks.spread:
+        parts += ["## Seeds of one mode against each other", spread_table(sticks.spread)]
+    if sticks.finds:
+        parts += ["## Where the unique branches came from", finds_table(sticks.finds, sticks.trims)]
     return "\n\n".join(parts)
 
 
-def write_tables(
-    out: Path, rows: Sequence[Ratio], room: Sequence[Headroom] = (), spread: Sequence[SeedSpread] = ()
-) -> None:
+def write_tables(out: Path, rows: Sequence[Ratio], sticks: Yardsticks = Yardsticks()) -> None:
     """summary.csv (the ratios), summary.json and summary.md (everything) in `out`."""
     fields = list(Ratio.__dataclass_fields__)
     with open(out / "summary.csv", "w", newline="") as f:
@@ -317,13 +460,15 @@ def write_tables(
     body = {
         "goals": GOALS,
         "ratios": [asdict(r) | {"met": r.met()} for r in rows],
-        "headroom": [asdict(r) for r in room],
-        "seed_spread": [asdict(r) for r in spread],
+        "headroom": [asdict(r) for r in sticks.room],
+        "seed_spread": [asdict(r) for r in sticks.spread],
+        "finds": [asdict(r) for r in sticks.finds],
+        "trimmed_unique": [asdict(r) for r in sticks.trims],
     }
     # JSON has no infinity: a unique ratio over zero is written as null with its counts beside it
     text = json.dumps(body, indent=1, default=str).replace("Infinity", "null")
     (out / "summary.json").write_text(text + "\n")
-    (out / "summary.md").write_text(summary_md(rows, room, spread) + "\n")
+    (out / "summary.md").write_text(summary_md(rows, sticks) + "\n")
 
 
 def fuzz_argv(folder: Path, mode: str, seed: int, args: argparse.Namespace) -> list[str]:
@@ -482,6 +627,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             run_all([(f, fuzz_argv(f, m, s, args)) for s, m, f in jobs], args.jobs)
         rows: list[Ratio] = []
         per_seed: dict[int, dict[str, Run]] = {}
+        finds: list[Finds] = []
         for seed in args.seeds:
             folders = {m: folder_of(args.out, seed, m) for m in args.modes}
             missing = [str(f) for f in folders.values() if not f.exists()]
@@ -492,11 +638,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             print_seed(seed, campaigns, runs, mine)
             rows += mine
             per_seed[seed] = runs
+            finds += seed_finds(seed, runs, folders)
             if not args.no_report:
                 report(folders, args.out / f"seed-{seed}" / "report")
-        room, spread = headroom(per_seed, args.modes[0]), seed_spread(per_seed)
-        write_tables(args.out, rows, room, spread)
-        print("\n" + summary_md(rows, room, spread))
+        first = args.modes[0]
+        sticks = Yardsticks(headroom(per_seed, first), seed_spread(per_seed), finds, trimmed(finds, first))
+        write_tables(args.out, rows, sticks)
+        print("\n" + summary_md(rows, sticks))
         figure = plot(args.out, per_seed)
         print(f"\ntables: {args.out}/summary.{{md,csv,json}}" + (f"; figure: {figure}" if figure else ""))
         return 0

@@ -10,6 +10,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 SCRIPT = Path(__file__).parent.parent / "scripts" / "bench_feedback.py"
@@ -85,12 +86,41 @@ def test_headroom_pools_every_campaign_and_seeds_of_one_mode_are_compared(bench,
     assert spread["on"].unique == 2.0 and spread["on"].total == pytest.approx(4 / 3)
     assert spread["off-var"].unique == math.inf and (spread["off-var"].a_unique, spread["off-var"].b_unique) == (2, 0)
     assert bench.seed_spread({1: per_seed[1]}) == []  # one seed: nothing to compare
-    bench.write_tables(tmp_path, bench.ratios(1, per_seed[1], "on"), room, list(spread.values()))
+    bench.write_tables(tmp_path, bench.ratios(1, per_seed[1], "on"), bench.Yardsticks(room, list(spread.values())))
     md = (tmp_path / "summary.md").read_text()
     assert "Pool: 6 branches" in md and "| 2 | on / off-var | 0.500 / 0.333 | 3.00x | 1.15x |" in md
     assert "| off-var | 1 / 2 | 2.00x | inf | 2 / 0 |" in md
     data = json.loads((tmp_path / "summary.json").read_text())
     assert data["headroom"][1]["ceiling"] == 3.0 and data["seed_spread"][1]["unique"] is None
+
+
+def test_unique_branches_are_credited_to_the_entry_that_first_reached_them(bench, tmp_path):
+    wanted = np.zeros(10, dtype=bool)
+    wanted[[1, 2, 3, 4, 5, 6]] = True
+    entries = [  # (elapsed, test, status, branch indices), in the order the campaign found them
+        (1.0, 0, "pass", np.array([0, 1, 2, 3, 4])),  # first to reach 1-4
+        (2.0, 3, "finding", np.array([1, 2, 5, 12])),  # 1 and 2 are 0's already; 12 lies outside the map
+        (3.0, 5, "pass", np.array([0, 7])),  # nothing wanted
+        (4.0, 6, "pass", np.array([5, 6])),  # 5 is 3's
+    ]
+    finds = bench.attribute(entries, wanted)
+    assert [(f.test, f.branches, f.status) for f in finds] == [(0, 4, "pass"), (3, 1, "finding"), (6, 1, "pass")]
+    assert wanted.sum() == 6  # the caller's mask is left as it was
+    big = bench.Find(900, 12.0, 7, "finding")
+    small = [bench.Find(10, 20.0 + i, 8 + i, "pass") for i in range(6)]
+    finds = [bench.Finds(1, "on", 300, 30, small[0], 50), bench.Finds(1, "off-var", 1000, 20, big, 960)]
+    (trim,) = bench.trimmed(finds, "on")
+    # 300 / 1000 unique (0.30x); without each side's 5 largest finds 250 / 40 (6.25x)
+    assert (trim.first_rest, trim.other_rest) == (250, 40) and trim.unique == pytest.approx(6.25)
+    rows = bench.ratios(
+        1, {"on": bench.Run(frozenset("ab"), (), ()), "off-var": bench.Run(frozenset("ac"), (), ())}, "on"
+    )
+    bench.write_tables(tmp_path, rows, bench.Yardsticks(finds=finds, trims=[trim]))
+    md = (tmp_path / "summary.md").read_text()
+    assert "| 1 | off-var | 1000 | 20 | 900 (test 7 at 12 s, finding) | 960 |" in md
+    assert "| 1 | on / off-var | 6.25x | 250 / 40 |" in md
+    data = json.loads((tmp_path / "summary.json").read_text())
+    assert data["finds"][1]["largest"]["test"] == 7 and data["trimmed_unique"][0]["unique"] == 6.25
 
 
 def test_tables_list_each_seed_and_the_geometric_mean(bench, tmp_path):
@@ -120,6 +150,15 @@ def test_two_tiny_campaigns_run_in_parallel_and_are_reported(bench, tmp_path, mo
     assert bench.main(flags) == 0, capsys.readouterr()
     printed = capsys.readouterr().out
     assert "ratios (on / off-var): total" in printed and "| 1 | on / off-var |" in printed
+    data = json.loads((out / "summary.json").read_text())
+    unique = {data["ratios"][0]["first"]: data["ratios"][0]["first_unique"]}
+    unique[data["ratios"][0]["other"]] = data["ratios"][0]["other_unique"]
+    finds = {f["mode"]: f for f in data["finds"]}
+    # every unique branch is credited to one corpus entry of its campaign
+    assert {m: f["unique"] for m, f in finds.items()} == unique
+    for f in finds.values():
+        assert (f["tests"] > 0) == (f["unique"] > 0) and f["top"] <= f["unique"]
+        assert f["largest"] is None or f["largest"]["branches"] <= f["top"]
     for name in ("summary.md", "summary.csv", "summary.json", "coverage-time.png"):
         assert (out / name).stat().st_size > 0, name
     assert (out / "seed-1" / "report" / "figures" / "coverage-time.png").exists()
