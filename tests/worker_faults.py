@@ -9,7 +9,7 @@ process does not reach:
   "always"     every fresh graph raises RuntimeError("the generator is broken")
   "seed:<n>"   generating with seed n raises ZeroDivisionError("injected"), fresh or grown
   "kill:<n>"   generating with seed n kills the worker (SIGKILL)
-  "slow_search" every value search sleeps 300 s first (PyTorch stuck in one long call)
+  "slow_search:<s>" every value search sleeps s seconds first (PyTorch stuck in one long call)
 """
 
 from __future__ import annotations
@@ -42,13 +42,13 @@ def _install(spec: str) -> None:
             return real_with(*args, **kwargs)
 
         baselines.generate_with = faulty_with
-    elif spec == "slow_search":
+    elif spec.startswith("slow_search:"):
         from nnsmith_cov.search import gradient
 
-        real_search = gradient.search_values
+        real_search, pause = gradient.search_values, float(spec.split(":", 1)[1])
 
         def stuck(*args, **kwargs):
-            time.sleep(300)
+            time.sleep(pause)
             return real_search(*args, **kwargs)
 
         gradient.search_values = stuck
