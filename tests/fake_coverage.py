@@ -52,3 +52,49 @@ class OpCollector:
             index.append(self.fresh)
             self.fresh += 1
         return Hits.from_arrays(np.array(index, np.uint32), np.ones(len(index), np.uint32))
+
+
+FLAKY = SIZE - 1  # the branch a calibration rerun never reaches
+
+
+class FlakyCollector(OpCollector):
+    """OpCollector with a calibration: every first run also reaches FLAKY, a different number of
+    times each, and the rerun never does (as ORT's set-up code that runs now and then on a
+    thread of its own). `settle` flags it; without the flag its counts make every test new."""
+
+    name = "fake-flaky"
+
+    def __init__(self, targets: list[str]) -> None:
+        super().__init__(targets)
+        self.rerun = False
+        self.runs = 0
+        self.flagged: set[int] = set()
+
+    def stop(self) -> Hits:
+        hits = super().stop()
+        if self.rerun:
+            return hits
+        self.runs += 1
+        return hits + Hits(np.array([FLAKY], np.uint32), np.array([1 << (self.runs % 8)], np.uint32))
+
+    def settle(self, first: Hits, again: Any, key: str = "") -> tuple[Hits, np.ndarray]:
+        self.rerun = True
+        try:
+            second = again()
+        finally:
+            self.rerun = False
+        fresh = set(np.setxor1d(first.index, second.index).tolist()) - self.flagged
+        self.flagged |= fresh
+        return first, np.array(sorted(fresh), np.uint32)
+
+    def mask(self, slots: np.ndarray) -> None:
+        self.flagged |= set(np.asarray(slots).tolist())
+
+
+class UncalibratedFlaky(FlakyCollector):
+    """The same branch, never flagged: the control."""
+
+    name = "fake-flaky-uncalibrated"
+
+    def settle(self, first: Hits, again: Any, key: str = "") -> tuple[Hits, np.ndarray]:
+        return first, np.zeros(0, np.uint32)

@@ -154,6 +154,19 @@ def test_every_record_kind_round_trips(store: CorpusStore, tmp_path: Path) -> No
         assert s.check() == []
 
 
+def test_flaky_flags_are_stored_with_the_commit_that_changed_them(store: CorpusStore, tmp_path: Path) -> None:
+    virgin = fill(store, 2)
+    virgin.flag(np.array([1000, 2500]))
+    store.commit(2, None, elapsed_s=2.0, flaky=virgin.flagged())  # flagged by a test not kept
+    store.commit(3, None, elapsed_s=3.0)  # None: unchanged
+    store.close()
+    with CorpusStore.open(tmp_path / "c", readonly=True) as s:
+        back = s.virgin()
+        assert back.flagged().tolist() == [1000, 2500] and np.array_equal(back.virgin, virgin.virgin)
+        assert not back.novelty(Hits.from_arrays(np.array([1000]), np.array([200]))).interesting
+        assert s.check() == []
+
+
 def test_a_campaign_without_coverage_keeps_findings_only(tmp_path: Path) -> None:
     with CorpusStore.create(tmp_path / "n", {}, {}, None) as s:
         assert s.virgin() is None and s.universe() is None and s.meta.collector == "none"
@@ -401,6 +414,9 @@ def _read_all(s: CorpusStore) -> None:
         (b"findings", (0).to_bytes(12, "big"), msgpack.packb({"symptom": "crash"}), "needs a string"),
         (b"state", b"virgin", __import__("zlib").compress(b"\xff" * 10), "virgin map of 10 branches"),
         (b"state", b"scheduler", msgpack.packb([1, 2]), "scheduler state must be a JSON object"),
+        (b"state", b"flaky", __import__("zlib").compress(np.array([9, 4], "<u4").tobytes()), "not increasing"),
+        (b"state", b"flaky", __import__("zlib").compress(np.array([3000], "<u4").tobytes()), "below 3000"),
+        (b"state", b"flaky", __import__("zlib").compress(b"\x01\x02\x03"), "not whole uint32s"),
         (b"timeline", (5).to_bytes(8, "big"), msgpack.packb({}), "out of sequence"),
         (b"meta", b"universe", b"\x00" * 8, "damaged universe"),
     ],

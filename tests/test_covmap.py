@@ -35,6 +35,22 @@ def test_new_branches_and_new_buckets_are_told_apart_on_an_8_branch_map():
     assert m.count(np.array([True, True, False, False, False, False, True, False])) == 2
 
 
+def test_a_flaky_branch_counts_once_reached_and_its_hit_counts_never_make_a_test_new():
+    m = VirginMap(8)
+    m.update(_hits({1: 1, 2: 1}))
+    before = m.virgin.copy()
+    m.flag(np.array([2, 6, 99]))  # 2 reached, 6 not yet; 99 lies outside the map: ignored
+    assert m.virgin.tolist() == before.tolist()  # the map is untouched: the union of kept hits
+    assert not m.update(_hits({1: 1, 2: 200})).interesting  # a new bucket of a flaky branch
+    first = m.update(_hits({1: 1, 6: 3}))  # a flaky branch's first reach is a new branch
+    assert (first.new_branches, first.new_buckets) == (1, 0)
+    assert m.virgin[6] == UNSEEN & ~BUCKET_LUT[3]  # kept with its count, as its test's bitmap holds
+    assert not m.update(_hits({1: 1, 6: 9})).interesting
+    both = m.update(_hits({1: 2, 2: 200}))  # new for branch 1: the test is kept, 2's count with it
+    assert (both.new_branches, both.new_buckets) == (0, 1) and m.virgin[2] == UNSEEN & ~BUCKET_LUT[1] & ~BUCKET_LUT[200]
+    assert m.covered().tolist() == [1, 2, 6] and m.count() == 3
+
+
 def test_novelty_does_not_record():
     m = VirginMap(4)
     assert m.novelty(_hits({2: 9})).new_branches == 1

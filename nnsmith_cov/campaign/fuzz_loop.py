@@ -358,7 +358,7 @@ class Fuzzer:
                 st.export_tests["roundtrip"] += 1
             # the ONNX form an op was exported in ("conv.form=1": the spec's FORMS[1]), once per test
             st.export_tests.update({f"{label}={value}" for label, value in gen.record.draws if label.endswith(".form")})
-        novelty = self.ledger.fold(result.hits)
+        novelty = self.ledger.fold(result.hits, result.flaky)
         test.folded = (result.hits, novelty) if result.hits is not None and novelty is not None else None
         # A grown graph's reward goes to every op it holds, inherited or new: coverage comes
         # from what runs, and the lift estimate already discounts bystanders. A probe's test

@@ -122,6 +122,7 @@ class Ledger:
         self.workers_rss: Callable[[], list[int]] = list  # the owner's workers' resident KiB
         self.max_corpus_bytes = 0  # the disk budget (--max-corpus-mb; 0: none)
         self.budget: DiskBudget | None = None
+        self._flags_changed = False  # flaky branches flagged since the last commit
 
     # -- coverage ------------------------------------------------------------------------------
     def track(self, universe: Universe, filters: list[str] | None) -> None:
@@ -142,11 +143,14 @@ class Ledger:
         for name, (lo, hi) in st.part_ranges.items():
             st.parts[name] = (int(np.count_nonzero(reached[lo:hi])), int(np.count_nonzero(passes[lo:hi])), hi - lo)
 
-    def fold(self, hits: Hits | None) -> Novelty | None:
+    def fold(self, hits: Hits | None, flaky: np.ndarray | None = None) -> Novelty | None:
         """Fold one test's hits into the map (None without a collector, or when a worker died
-        mid-request and sent none)."""
+        mid-request and sent none); `flaky`: the branches its calibration found flaky."""
         if self.covmap is None or hits is None:
             return None
+        if flaky is not None and len(flaky):
+            self.covmap.flag(flaky)
+            self._flags_changed = True
         novelty = self.covmap.update(hits, [lo for lo, _ in list(self.stats.part_ranges.values())[1:]])
         if novelty.interesting:
             self.stats.cov_tests += 1
@@ -290,6 +294,7 @@ class Ledger:
             point = TimelineRow(elapsed, axis, *counts, st.disk_kb, st.rss_kb, workers)
             self._next_point = elapsed + self.timeline_s
         virgin = self.covmap if entry is not None and entry.hits is not None else None
+        flaky = self.covmap.flagged() if self.covmap is not None and self._flags_changed else None
         self.store.commit(
             test_id,
             entry,
@@ -298,7 +303,9 @@ class Ledger:
             scheduler=scheduler,
             timeline=point,
             run_stats=st.to_json(),
+            flaky=flaky,
         )
+        self._flags_changed = False
         self._rows += point is not None
         if self.max_corpus_bytes > 0:
             self._enforce(entry)

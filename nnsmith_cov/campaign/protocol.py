@@ -52,9 +52,9 @@ A collector driven from the parent (binary) adds "self_check": true to that, and
       (see `coverage.binary_attach`; requests the parent sent meanwhile are served afterwards)
   {"kind": "self_check"} -> {"kind": "checked", "ok": true, "detail": ""}
       (a fixed model natively and under the collector: bit-identical outputs or no work)
-  {"kind": "mask", "slots": <uint32 bytes>} -> {"kind": "masked"}   (calibration masks of earlier workers)
-  and "run" replies carry "calibration": {"ms": 88.1, "reran": true} and, when slots were newly
-  masked, "unstable": <uint32 bytes>.
+  {"kind": "mask", "slots": <uint32 bytes>} -> {"kind": "masked"}   (flaky slots of earlier workers)
+  and "run" replies carry "calibration": {"ms": 88.1, "reran": true} and, when calibration found
+  slots newly flaky, "unstable": <uint32 bytes> (they stay in "hits": see `covmap.VirginMap.flag`).
 
 where <error> is {"stage": "compile", "type": "TVMError", "message": "...", "traceback": "..."}.
 """

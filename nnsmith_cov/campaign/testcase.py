@@ -100,6 +100,8 @@ class CaseResult:
     findings: list[Finding] = field(default_factory=list)
     ms: dict[str, float] = field(default_factory=dict)  # search, export, <backend>.compile, ...
     hits: Hits | None = None  # coverage of the whole test (export and every backend run), with a collector
+    # slots the collector's calibration found flaky during this test (see covmap.VirginMap.flag)
+    flaky: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint32))
     backends_run: int = 0  # backend runs at OPT (the test was executed when any)
     # Backend runs that ended in the backend's "not implemented": no findings (class "unsupported")
     unsupported: list[Finding] = field(default_factory=list)
@@ -111,6 +113,8 @@ class CaseResult:
         more = _hits(msg or {})
         if more is not None:
             self.hits = more if self.hits is None else self.hits + more
+        if msg and msg.get("unstable"):
+            self.flaky = np.union1d(self.flaky, np.frombuffer(msg["unstable"], "<u4")).astype(np.uint32)
 
     def add_run(self, backend: str, reply: Reply) -> None:
         """Account one backend run at OPT: its hits and its stage timings."""

@@ -219,7 +219,7 @@ class Worker:
         return {"kind": "checked", "ok": True, "detail": ""}
 
     def mask(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """Slots calibration masked in earlier workers of the same handle."""
+        """Slots calibration flagged flaky in earlier workers of the same handle."""
         if self.collector is not None and hasattr(self.collector, "mask"):
             self.collector.mask(np.frombuffer(msg["slots"], dtype="<u4"))
         return {"kind": "masked"}
@@ -406,7 +406,7 @@ class Worker:
         return reply | {"kind": "outputs", "outputs": encode_arrays(result), "ms": ms}
 
     def _calibrate(self, reply: dict[str, Any], once: Callable[[], Any], key: str, backend: str) -> None:
-        """Run again what reached unseen blocks; keep only what both runs reached (see `settle`)."""
+        """Run again what reached unseen blocks; the slots that differ go back as "unstable" (see `settle`)."""
         from nnsmith_cov.coverage.covmap import Hits
 
         collector = self.collector
@@ -424,8 +424,8 @@ class Worker:
             return collector.stop()
 
         t0 = time.perf_counter()
-        stable, flicker = collector.settle(Hits.from_wire(reply["hits"]), again, key)
-        reply["hits"] = stable.to_wire()
+        hits, flicker = collector.settle(Hits.from_wire(reply["hits"]), again, key)
+        reply["hits"] = hits.to_wire()
         reply["calibration"] = {"ms": (time.perf_counter() - t0) * 1e3, "reran": bool(reran)}
         if len(flicker):
             reply["unstable"] = flicker.astype("<u4").tobytes()

@@ -97,7 +97,7 @@ class WorkerHandle:
         self._to_child = self._from_child = -1
         self._reader = FrameReader()
         self.attachment: Any = None  # the binary collector's Frida session into the worker
-        self.unstable = np.zeros(0, np.uint32)  # slots calibration masked, handed to every new worker
+        self.unstable = np.zeros(0, np.uint32)  # slots calibration found flaky, handed to every new worker
 
     # -- lifecycle ---------------------------------------------------------------
     def start(self) -> dict[str, Any]:
@@ -292,8 +292,8 @@ class WorkerHandle:
                 if msg["kind"] == "attach":  # the worker asks to be followed (binary collector)
                     write_frame(self._to_child, self._attach(msg))
                     continue
-                if "unstable" in msg:
-                    self.unstable = np.union1d(self.unstable, np.frombuffer(msg.pop("unstable"), "<u4"))
+                if "unstable" in msg:  # kept in the reply too: the test's result carries it to the ledger
+                    self.unstable = np.union1d(self.unstable, np.frombuffer(msg["unstable"], "<u4"))
                 if msg["kind"] == "fault":
                     raise WorkerFault(msg["message"] + "\n" + msg.get("traceback", ""))
                 elapsed = (time.monotonic() - t0) * 1e3

@@ -391,6 +391,20 @@ def decode_virgin(data: bytes, universe_size: int) -> VirginMap:
     return VirginMap(universe_size, np.frombuffer(raw, dtype=np.uint8).copy())
 
 
+def encode_flaky(branches: np.ndarray) -> bytes:
+    """The branches a campaign's calibration found flaky (`VirginMap.flag`), sorted."""
+    return zlib.compress(np.asarray(branches, dtype="<u4").tobytes(), 1)
+
+
+def decode_flaky(data: bytes, universe_size: int) -> np.ndarray:
+    raw = inflate(data, 4 * universe_size + 1)
+    _need(len(raw) % 4 == 0, f"flaky branches: {len(raw)} bytes, not whole uint32s")
+    idx = np.frombuffer(raw, dtype="<u4").astype(np.int64)
+    ordered = bool(np.all(np.diff(idx) > 0)) and (not len(idx) or int(idx[-1]) < universe_size)
+    _need(ordered, f"flaky branches: not increasing indices below {universe_size}")
+    return idx.astype(np.uint32)
+
+
 _REQUIRED_FINDING = ("symptom", "backend", "stage", "signature")
 
 

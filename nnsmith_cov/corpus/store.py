@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import lmdb
+import numpy as np
 
 from nnsmith_cov.corpus.blobpack import DROPPED, is_dropped, pack_blobs
 from nnsmith_cov.corpus.environment import (
@@ -39,6 +40,7 @@ from nnsmith_cov.corpus.records import (
     encode_bitmap,
     encode_counters,
     encode_entry,
+    encode_flaky,
     encode_timeline,
     encode_virgin,
     finding_key,
@@ -234,6 +236,7 @@ class CorpusStore:
         scheduler: Mapping[str, Any] | None = None,
         timeline: TimelineRow | None = None,
         run_stats: Mapping[str, Any] | None = None,
+        flaky: np.ndarray | None = None,
     ) -> Counters:
         """Record one finished test in one durable transaction; returns the counters after it.
 
@@ -241,7 +244,8 @@ class CorpusStore:
         for its findings), None when it only counts. `virgin` is the map after this test,
         given exactly when the entry has hits (only those change it); `scheduler` its
         state after observing the test (None: unchanged); `timeline` a row to append;
-        `run_stats` the campaign's own counters after it (RunStats.to_json(), None: unchanged).
+        `run_stats` the campaign's own counters after it (RunStats.to_json(), None: unchanged);
+        `flaky` every branch flagged flaky so far (`VirginMap.flag`; None: unchanged).
         When this returns, the test survives any crash; if the process dies before, no
         trace of it is stored. Test ids are the caller's; a stored id is never taken twice.
         """
@@ -282,6 +286,8 @@ class CorpusStore:
             puts.append((db["state"], b"scheduler", _encode_scheduler(scheduler)))
         if run_stats is not None:
             puts.append((db["state"], b"run_stats", _encode_state(run_stats, "run stats")))
+        if flaky is not None:
+            puts.append((db["state"], b"flaky", encode_flaky(flaky)))
         row = None if timeline is None else _encode_timeline(timeline)
 
         def body(txn: lmdb.Transaction) -> Counters:

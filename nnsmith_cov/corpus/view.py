@@ -24,6 +24,7 @@ from nnsmith_cov.corpus.records import (
     decode_bitmap,
     decode_counters,
     decode_finding,
+    decode_flaky,
     decode_record,
     decode_scheduler,
     decode_state,
@@ -142,7 +143,11 @@ class CorpusView:
         data = self.get("state", b"virgin")
         if data is None:
             raise self._bad("state", "no virgin map")
-        return self._decode(lambda d: decode_virgin(d, self._size), data, "virgin map")
+        virgin = self._decode(lambda d: decode_virgin(d, self._size), data, "virgin map")
+        flaky = self.get("state", b"flaky")
+        if flaky is not None:
+            virgin.flag(self._decode(lambda d: decode_flaky(d, self._size), flaky, "flaky branches"))
+        return virgin
 
     def scheduler_state(self) -> dict[str, Any] | None:
         data = self.get("state", b"scheduler")

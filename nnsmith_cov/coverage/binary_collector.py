@@ -15,7 +15,15 @@ A process cannot trace itself, so the parent drives Frida into the worker (see
   every backend call of the worker runs on it (`call`), never on the main thread,
   which stays native for the value search, the export and the self-check;
 - calibration: a run that reaches a slot this worker has not seen is run again, and
-  the slots present in one run only are masked from then on (AFL++'s calibration).
+  the slots present in one run only are flagged as flaky (AFL++'s calibration). A flaky
+  slot is still reported whenever a run reaches it: it is code that ran. The campaign
+  counts its first reach and never rewards its hit counts (`covmap.VirginMap.flag`).
+  Hiding such slots from then on, as this collector once did, erased real coverage at a
+  moment set by chance: ORT runs some of a session's set-up (~1.2k blocks of environment
+  and graph code) now on the caller's thread, now on a thread it starts at import (gdb, 391
+  corpus models: 6 of the 77 runs that reached it ran it there), so a rerun missed it once,
+  and the campaign whose calibration caught that lost those blocks for good while another,
+  luckier one kept them: a third of a "unique" column.
 
 The worker asks the parent to attach twice (`attach_requests`): first to follow the
 thread that imports the backends (on AVX-512 hosts the agent must see the module's CPU
@@ -24,7 +32,8 @@ that counts its blocks. Two threads, each followed once, because a thread follow
 again while parked in code compiled for it before runs that stale code under the new
 follow. ORT runs with one intra-op and one inter-op thread, sequentially
 (`backends.ort`), and TVM with one thread (`TVM_NUM_THREADS=1` in the worker): no pool
-threads, so the followed thread sees all of their work. Code TVM generates at run time is
+threads, so the followed thread sees their work, all but what ORT now and then hands the
+one thread it starts at import (see calibration above). Code TVM generates at run time is
 placed at fresh addresses by the agent (`binary_agent`).
 """
 
@@ -256,7 +265,7 @@ class BinaryCollector:
         # Padded to whole 8-byte words: `stop` scans the map a word at a time.
         self.map = np.zeros(-(-self.slots // 8) * 8, dtype=np.uint8)
         self._words = self.map.view(np.uint64)
-        self.unstable = np.zeros(self.slots, dtype=bool)  # masked after calibration
+        self.unstable = np.zeros(self.slots, dtype=bool)  # flagged flaky by calibration (this handle's workers)
         self.seen = np.zeros(self.slots, dtype=bool)  # slots this worker has reported
         self.thread = MeasuringThread("nncov-import")  # replaced by the measuring thread at `locate_request`
         self._retired: MeasuringThread | None = None
@@ -350,19 +359,19 @@ class BinaryCollector:
         self.map.fill(0)
 
     def stop(self) -> Hits:
-        """The nonzero slots since `start`, less the masked ones. The map is scanned a word at a
+        """Every nonzero slot since `start`, flaky ones included. The map is scanned a word at a
         time, then only the nonzero words byte by byte (about 0.3 ms for ORT's 2.6M slots, against
         3-4 ms for a scan byte by byte)."""
         words = np.flatnonzero(self._words != 0)
         inner = np.flatnonzero(self.map.reshape(-1, 8)[words])
-        index = (words[inner >> 3] << 3) + (inner & 7)
-        index = index[~self.unstable[index]].astype(np.uint32)
+        index = ((words[inner >> 3] << 3) + (inner & 7)).astype(np.uint32)
         return Hits(index, self.map[index].astype(np.uint32))
 
     def settle(self, first: Hits, again: Callable[[], Hits], key: str = "") -> tuple[Hits, np.ndarray]:
         """Calibrate: a run that reached slots this worker never saw is repeated (`again()`), and a
         run of an input this worker ran lately (same `key`) is compared with that run; slots present
-        in one run only are masked for good. Returns the stable hits and the newly masked slots."""
+        in one run only are flaky. Returns the first run's hits, whole, and the newly flaky slots
+        (the campaign's to weigh: see `covmap.VirginMap.flag`)."""
         flicker = np.zeros(0, np.uint32)
         if key in self._recent:
             flicker = sorted_xor(first.index, self._recent.pop(key))
@@ -375,11 +384,11 @@ class BinaryCollector:
             flicker = np.union1d(flicker, sorted_xor(first.index, second.index)).astype(np.uint32)
         flicker = flicker[~self.unstable[flicker]]
         self.mask(flicker)
-        keep = ~self.unstable[first.index]
-        stable = Hits(first.index[keep], first.count[keep])
-        self.seen[stable.index] = True
-        return stable, flicker
+        self.seen[first.index] = True
+        return first, flicker
 
     def mask(self, slots: np.ndarray) -> None:
+        """Flag slots flaky (those of this run's calibration, or of earlier workers of the handle):
+        a later run that differs in them only is not calibrated again."""
         slots = np.asarray(slots, dtype=np.int64)
         self.unstable[slots[(slots >= 0) & (slots < len(self.unstable))]] = True

@@ -133,10 +133,10 @@ class FollowedComposite(CompositeCollector):
     def settle(self, first: Hits, again: Callable[[], Hits], key: str = "") -> tuple[Hits, np.ndarray]:
         lo, hi = self._range()
         own = slice_hits(first, lo, hi)
-        stable, flicker = self.threaded.settle(own, lambda: slice_hits(again(), lo, hi), key)
+        kept, flicker = self.threaded.settle(own, lambda: slice_hits(again(), lo, hi), key)
         keep = ~np.isin(first.index, own.index + np.uint32(lo))
         rest = Hits(first.index[keep], first.count[keep])
-        return rest + shift_hits(stable, lo), (flicker.astype(np.int64) + lo).astype(np.uint32)
+        return rest + shift_hits(kept, lo), (flicker.astype(np.int64) + lo).astype(np.uint32)
 
     def mask(self, slots: np.ndarray) -> None:
         lo, hi = self._range()

@@ -6,7 +6,10 @@ counts). `classify` turns counts into one bit per bucket (1, 2, 3, 4-7, 8-15,
 no test has set yet (AFL's inverted "virgin" bitmap: a set bit means not seen).
 A test is interesting when it clears a virgin bit; it brings a *new branch* when
 it reaches a branch no test had reached, and a *new bucket* when it only reaches
-a known branch a new number of times.
+a known branch a new number of times. A branch whose hits vary between runs of one
+input (a collector's calibration finds them: thread races, caches) is *flaky*: it is
+counted once reached, like any other, but its hit counts never make a test new
+(`VirginMap.flag`), so noise neither fills the corpus nor pays the scheduler.
 
 Called once per test on a few thousand hits: everything here is numpy on the
 sparse hits, never a loop over the whole map.
@@ -117,6 +120,23 @@ class VirginMap:
         if virgin.shape != (size,) or virgin.dtype != np.uint8:
             raise ValueError(f"virgin map of shape {virgin.shape} and dtype {virgin.dtype}, expected ({size},) uint8")
         self.virgin = virgin
+        self.flaky: np.ndarray | None = None  # bool per branch, from the first `flag`
+
+    def flag(self, branches: np.ndarray) -> None:
+        """Mark `branches` flaky: from now on only their first reach (a new branch) makes a test
+        new, never their buckets. The map itself is not touched: it stays the union of the kept
+        tests' hits, flaky branches' counts included."""
+        idx = np.asarray(branches, dtype=np.int64)
+        idx = idx[(idx >= 0) & (idx < self.size)]
+        if not len(idx):
+            return
+        if self.flaky is None:
+            self.flaky = np.zeros(self.size, dtype=bool)
+        self.flaky[idx] = True
+
+    def flagged(self) -> np.ndarray:
+        """The branches flagged flaky, sorted."""
+        return np.zeros(0, np.uint32) if self.flaky is None else np.flatnonzero(self.flaky).astype(np.uint32)
 
     @property
     def size(self) -> int:
@@ -129,6 +149,8 @@ class VirginMap:
         bits = classify(hits.count)
         virgin = self.virgin[hits.index]
         fresh = (bits & virgin) != 0
+        if self.flaky is not None:  # a flaky branch's buckets are noise
+            fresh &= (virgin == UNSEEN) | ~self.flaky[hits.index]
         new_branches = int(np.count_nonzero(fresh & (virgin == UNSEEN)))
         return Novelty(new_branches, int(np.count_nonzero(fresh)) - new_branches)
 

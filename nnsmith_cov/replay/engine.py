@@ -246,7 +246,7 @@ class Replayer:
             meta |= {"symbolic_dims": loaded.dims}
             t = Finished(p.test_id, seed, result, None, material=Material(loaded.inputs, None, loaded.onnx))
         t.meta, t.line, t.elapsed_s, t.tests_axis = meta, {"source": p.item.origin}, elapsed, p.tests
-        novelty = self.ledger.fold(result.hits)
+        novelty = self.ledger.fold(result.hits, result.flaky)
         self.ledger.commit(t, novelty, last=last)
         line = {"test": p.test_id, "source": p.item.origin, "kind": p.item.kind, "status": result.status}
         line |= {"new_branches": novelty.new_branches if novelty else 0, "elapsed_s": round(elapsed, 3)}

@@ -92,7 +92,7 @@ class TzerFuzzer(Fuzzer):
         st.restarts = sum(w.deaths for w in self.workers)
         st.stage_ms["generate"].append(gen_ms)
         st.op_tests.update([f"tzer.{m.step}"])
-        novelty = self.ledger.fold(result.hits)
+        novelty = self.ledger.fold(result.hits, result.flaky)
         gained = novelty is not None and novelty.interesting
         finished = Finished(
             test.k,
