@@ -49,6 +49,7 @@ def test_a_flaky_branch_counts_once_reached_and_its_hit_counts_never_make_a_test
     both = m.update(_hits({1: 2, 2: 200}))  # new for branch 1: the test is kept, 2's count with it
     assert (both.new_branches, both.new_buckets) == (0, 1) and m.virgin[2] == UNSEEN & ~BUCKET_LUT[1] & ~BUCKET_LUT[200]
     assert m.covered().tolist() == [1, 2, 6] and m.count() == 3
+    assert m.steady(_hits({1: 4, 2: 5, 6: 1})).index.tolist() == [1]  # rarity and energy weigh steady ones
 
 
 def test_novelty_does_not_record():

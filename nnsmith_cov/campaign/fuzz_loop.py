@@ -141,6 +141,10 @@ class Fuzzer:
             vary=self.cfg.vary_size,
         )
 
+    def _steady(self, hits: Hits) -> Hits:
+        covmap = self.ledger.covmap
+        return covmap.steady(hits) if covmap is not None else hits
+
     def _resume(self) -> list[str]:
         """Pick up where the stored campaign stopped: map, scheduler, numbering, time, counters, findings."""
         if not self.store_path.exists():
@@ -153,7 +157,7 @@ class Fuzzer:
             for i, record in self.store.entries():
                 hits = self.store.hits(i)
                 if hits is not None:
-                    self.seeds.add(_seed_of(i, record.gen, record.draws), hits)
+                    self.seeds.add(_seed_of(i, record.gen, record.draws), self._steady(hits))
         state = self.store.scheduler_state()
         self.scheduler = Scheduler.from_state(state) if state is not None else self._new_scheduler()
         return self.ledger.reconcile()
@@ -364,7 +368,9 @@ class Fuzzer:
         # from what runs, and the lift estimate already discounts bystanders. A probe's test
         # was no choice of the scheduler's: nothing to credit.
         if test.proposal is not None:
-            rare = self.seeds.rare(result.hits) if self.seeds is not None and result.hits is not None else 0
+            rare = 0
+            if self.seeds is not None and result.hits is not None:
+                rare = self.seeds.rare(self._steady(result.hits))
             sched.observe(test.proposal, gen.record, novelty, seconds, rare=rare)
         p = result.prepared
         if p is not None and (result.findings or (novelty is not None and novelty.interesting)):
@@ -391,7 +397,8 @@ class Fuzzer:
             # a parent the corpus lacks). A child that adds buckets alone is kept, but leaves its
             # parent's energy fading.
             assert result.hits is not None
-            self.seeds.add(_seed_of(test.k, finished.gen, gen.record.draws), result.hits, novelty.new_branches > 0)
+            seed = _seed_of(test.k, finished.gen, gen.record.draws)
+            self.seeds.add(seed, self._steady(result.hits), novelty.new_branches > 0)
         self.breaker.note(None)
         state, last = sched.state(), self.done()  # as of this test, whenever the commit runs
 

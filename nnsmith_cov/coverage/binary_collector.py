@@ -20,10 +20,10 @@ A process cannot trace itself, so the parent drives Frida into the worker (see
   counts its first reach and never rewards its hit counts (`covmap.VirginMap.flag`).
   Hiding such slots from then on, as this collector once did, erased real coverage at a
   moment set by chance: ORT runs some of a session's set-up (~1.2k blocks of environment
-  and graph code) now on the caller's thread, now on a thread it starts at import (gdb, 391
-  corpus models: 6 of the 77 runs that reached it ran it there), so a rerun missed it once,
-  and the campaign whose calibration caught that lost those blocks for good while another,
-  luckier one kept them: a third of a "unique" column.
+  and graph code) in some runs of a model and not in others, at times on threads of its
+  own (gdb, 391 corpus models natively: 79 reach it, 6 partly on ORT's threads), so a
+  rerun differed once, and the campaign whose calibration saw that lost those blocks for
+  good while another, luckier one kept them: a third of a "unique" column.
 
 The worker asks the parent to attach twice (`attach_requests`): first to follow the
 thread that imports the backends (on AVX-512 hosts the agent must see the module's CPU
@@ -32,8 +32,8 @@ that counts its blocks. Two threads, each followed once, because a thread follow
 again while parked in code compiled for it before runs that stale code under the new
 follow. ORT runs with one intra-op and one inter-op thread, sequentially
 (`backends.ort`), and TVM with one thread (`TVM_NUM_THREADS=1` in the worker): no pool
-threads, so the followed thread sees their work, all but what ORT now and then hands the
-one thread it starts at import (see calibration above). Code TVM generates at run time is
+threads, so the followed thread sees their work, all but what ORT now and then runs on
+threads of its own (see calibration above). Code TVM generates at run time is
 placed at fresh addresses by the agent (`binary_agent`).
 """
 

@@ -134,6 +134,14 @@ class VirginMap:
             self.flaky = np.zeros(self.size, dtype=bool)
         self.flaky[idx] = True
 
+    def steady(self, hits: Hits) -> Hits:
+        """`hits` less the flaky branches: what feedback weighs beyond first reaches (a branch's
+        rarity, an entry's energy), as chance should not steer it."""
+        if self.flaky is None or not len(hits):
+            return hits
+        keep = ~self.flaky[hits.index]
+        return hits if keep.all() else Hits(hits.index[keep], hits.count[keep])
+
     def flagged(self) -> np.ndarray:
         """The branches flagged flaky, sorted."""
         return np.zeros(0, np.uint32) if self.flaky is None else np.flatnonzero(self.flaky).astype(np.uint32)
