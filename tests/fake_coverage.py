@@ -77,7 +77,7 @@ class FlakyCollector(OpCollector):
         self.runs += 1
         return hits + Hits(np.array([FLAKY], np.uint32), np.array([1 << (self.runs % 8)], np.uint32))
 
-    def settle(self, first: Hits, again: Any, key: str = "") -> tuple[Hits, np.ndarray]:
+    def settle(self, first: Hits, again: Any, key: str = "") -> np.ndarray:
         self.rerun = True
         try:
             second = again()
@@ -85,7 +85,7 @@ class FlakyCollector(OpCollector):
             self.rerun = False
         fresh = set(np.setxor1d(first.index, second.index).tolist()) - self.flagged
         self.flagged |= fresh
-        return first, np.array(sorted(fresh), np.uint32)
+        return np.array(sorted(fresh), np.uint32)
 
     def mask(self, slots: np.ndarray) -> None:
         self.flagged |= set(np.asarray(slots).tolist())
@@ -96,5 +96,5 @@ class UncalibratedFlaky(FlakyCollector):
 
     name = "fake-flaky-uncalibrated"
 
-    def settle(self, first: Hits, again: Any, key: str = "") -> tuple[Hits, np.ndarray]:
-        return first, np.zeros(0, np.uint32)
+    def settle(self, first: Hits, again: Any, key: str = "") -> np.ndarray:
+        return np.zeros(0, np.uint32)

@@ -367,11 +367,11 @@ class BinaryCollector:
         index = ((words[inner >> 3] << 3) + (inner & 7)).astype(np.uint32)
         return Hits(index, self.map[index].astype(np.uint32))
 
-    def settle(self, first: Hits, again: Callable[[], Hits], key: str = "") -> tuple[Hits, np.ndarray]:
+    def settle(self, first: Hits, again: Callable[[], Hits], key: str = "") -> np.ndarray:
         """Calibrate: a run that reached slots this worker never saw is repeated (`again()`), and a
         run of an input this worker ran lately (same `key`) is compared with that run; slots present
-        in one run only are flaky. Returns the first run's hits, whole, and the newly flaky slots
-        (the campaign's to weigh: see `covmap.VirginMap.flag`)."""
+        in one run only are flaky. Returns the newly flaky slots (the campaign's to weigh: see
+        `covmap.VirginMap.flag`); the first run's hits are reported whole, as they were."""
         flicker = np.zeros(0, np.uint32)
         if key in self._recent:
             flicker = sorted_xor(first.index, self._recent.pop(key))
@@ -385,7 +385,7 @@ class BinaryCollector:
         flicker = flicker[~self.unstable[flicker]]
         self.mask(flicker)
         self.seen[first.index] = True
-        return first, flicker
+        return flicker
 
     def mask(self, slots: np.ndarray) -> None:
         """Flag slots flaky (those of this run's calibration, or of earlier workers of the handle):

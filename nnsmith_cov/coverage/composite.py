@@ -130,13 +130,10 @@ class FollowedComposite(CompositeCollector):
     def locate_request(self) -> dict[str, Any]:
         return self.threaded.locate_request()
 
-    def settle(self, first: Hits, again: Callable[[], Hits], key: str = "") -> tuple[Hits, np.ndarray]:
+    def settle(self, first: Hits, again: Callable[[], Hits], key: str = "") -> np.ndarray:
         lo, hi = self._range()
-        own = slice_hits(first, lo, hi)
-        kept, flicker = self.threaded.settle(own, lambda: slice_hits(again(), lo, hi), key)
-        keep = ~np.isin(first.index, own.index + np.uint32(lo))
-        rest = Hits(first.index[keep], first.count[keep])
-        return rest + shift_hits(kept, lo), (flicker.astype(np.int64) + lo).astype(np.uint32)
+        flicker = self.threaded.settle(slice_hits(first, lo, hi), lambda: slice_hits(again(), lo, hi), key)
+        return (flicker.astype(np.int64) + lo).astype(np.uint32)
 
     def mask(self, slots: np.ndarray) -> None:
         lo, hi = self._range()
