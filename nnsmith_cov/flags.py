@@ -217,6 +217,15 @@ FLAGS: tuple[Flag, ...] = (
         on_resume=True,
     ),
     Flag(
+        ("--gen-process",),
+        "make each test's graph ahead in a process of its own beside its worker, while the worker runs the test"
+        " before it (auto, the default: where every worker can have one core for it, local workers only)",
+        on("fuzz"),
+        choices=("auto", "on", "off"),
+        default="auto",
+        on_resume=True,
+    ),
+    Flag(
         ("--cluster",),
         "where the workers run: local processes (default), or Ray actors on a local Ray instance (ray),"
         " the cluster this node joined (ray:auto) or one at ray://HOST:PORT; needs pip install 'nnsmith-cov[ray]'",

@@ -475,6 +475,8 @@ def fuzz_argv(folder: Path, mode: str, seed: int, args: argparse.Namespace) -> l
     argv = [sys.executable, "-m", "nnsmith_cov.cli", "fuzz", "-o", str(folder), "--backends", args.backends]
     argv += ["--collector", args.collector, *MODES[mode], "--seed", str(seed)]
     argv += ["--tests", str(args.tests)] if args.tests else ["--time", args.time]
+    if args.jobs > 1:  # one core per campaign: no generator process beside its worker
+        argv += ["--gen-process", "off"]
     return argv + shlex.split(args.fuzz_args)
 
 

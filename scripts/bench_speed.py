@@ -4,11 +4,12 @@
 Generation is timed in-process over `--count` seeds with the full op set and binning on;
 next to the times it prints the deterministic cost (Z3 checks and Z3 work units per
 graph), which does not move with the machine's load. The loop runs `nnsmith-cov fuzz
---backends ort` for `--time` per setting (each collector, each worker count) into a
-throw-away folder and reads tests and elapsed seconds from its stats.json.
+--backends ort` for `--time` per setting (each collector, each worker count, each
+`--gen-process`) into a throw-away folder and reads tests and elapsed seconds from its
+stats.json.
 
     python scripts/bench_speed.py                          # 300 seeds, loops of 60 s
-    python scripts/bench_speed.py --count 100 --time 30s --collectors none --workers 1
+    python scripts/bench_speed.py --count 100 --time 30s --collectors none --workers 1 --gen-process on
     python scripts/bench_speed.py --no-loop                # generation only
 
 On a shared machine run it with `nice` and compare only numbers taken side by side.
@@ -67,25 +68,28 @@ def generation(count: int, nodes: int, seed0: int) -> None:
     print(f"bins kept: {kept}/{drawn} ({100 * kept / max(drawn, 1):.1f}%)")
 
 
-def loop(collector: str, workers: int, duration: str, nodes: int, seed: int) -> None:
+def loop(collector: str, workers: int, gen_process: str, duration: str, nodes: int, seed: int) -> None:
+    what = f"collector {collector:<6} {workers} worker(s), --gen-process {gen_process:<4}"
     with tempfile.TemporaryDirectory(prefix="bench_speed_") as tmp:
         out = Path(tmp) / "run"
         cmd = [
             *(sys.executable, "-m", "nnsmith_cov.cli", "fuzz"),
             *("--backends", "ort", "--collector", collector, "--workers", str(workers)),
+            *("--gen-process", gen_process),
             *("--time", duration, "--nodes", str(nodes), "--seed", str(seed), "-o", str(out)),
         ]
         done = subprocess.run(cmd, capture_output=True, text=True)
         stats_file = out / "stats.json"
         if done.returncode != 0 or not stats_file.exists():
             tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-            print(f"ORT loop, collector {collector}, {workers} worker(s): failed ({tail[0]})")
+            print(f"ORT loop, {what}: failed ({tail[0]})")
             return
         st = json.loads(stats_file.read_text())
+        ahead = (out / "workers" / "g0.log").exists()
     rate = st["tests"] / max(st["elapsed_s"], 1e-9)
     print(
-        f"ORT loop, collector {collector:<6} {workers} worker(s): {rate:5.1f} tests/s "
-        f"({st['tests']} tests in {st['elapsed_s']:.0f} s)"
+        f"ORT loop, {what}: {rate:5.1f} tests/s ({st['tests']} tests in {st['elapsed_s']:.0f} s; "
+        f"generator {'used' if ahead else 'not used'})"
     )
 
 
@@ -97,6 +101,9 @@ def main() -> None:
     ap.add_argument("--time", default="60s", help="length of each loop run (as fuzz --time)")
     ap.add_argument("--collectors", nargs="+", default=["none", "binary"])
     ap.add_argument("--workers", nargs="+", type=int, default=[1, 2])
+    ap.add_argument(
+        "--gen-process", nargs="+", default=["off", "auto"], choices=["auto", "on", "off"], help="as fuzz --gen-process"
+    )
     ap.add_argument("--no-loop", action="store_true", help="time generation only")
     args = ap.parse_args()
     if args.count < 1 or args.nodes < 1 or any(w < 1 for w in args.workers):
@@ -107,7 +114,8 @@ def main() -> None:
     print("== ORT loop (fuzz --backends ort)")
     for collector in args.collectors:
         for workers in args.workers:
-            loop(collector, workers, args.time, args.nodes, args.seed)
+            for gen_process in args.gen_process:
+                loop(collector, workers, gen_process, args.time, args.nodes, args.seed)
 
 
 if __name__ == "__main__":

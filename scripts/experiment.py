@@ -65,6 +65,8 @@ def finished(folder: Path) -> bool:
 
 def fuzz_argv(cfg: Config, folder: Path, args: argparse.Namespace) -> list[str]:
     base = [sys.executable, "-m", "nnsmith_cov.cli", "fuzz"]
+    if args.jobs > 1:  # campaigns share the cores: no generator process beside each worker
+        base += ["--gen-process", "off"]
     if (folder / "config.json").exists():
         return [*base, "--resume", str(folder)]  # its own settings, to its own time
     argv = [*base, "-o", str(folder), "--generator", cfg.generator]

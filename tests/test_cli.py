@@ -280,6 +280,7 @@ def test_resume_takes_the_rows_marked_for_it():
         "max_corpus_mb",
         "recycle_after",
         "worker_max_rss_mb",
+        "gen_process",
     }
     given = given_flags(
         ["fuzz", "--resume", "x", "--time", "5m", "--workers", "2", "--plugin", "a:B", "--no-su"], "fuzz"

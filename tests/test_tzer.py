@@ -205,11 +205,12 @@ def test_the_experiment_runs_tzer_on_tvm_alone(monkeypatch):
     spec.loader.exec_module(experiment)
     configs = experiment.parse_configs(experiment.DEFAULT_CONFIGS)
     assert [c.label for c in configs][-1] == "tzer-on" and len(configs) == 5
-    args = argparse.Namespace(backends="ort,tvm", collector="python", time="1m", seed=1)
+    args = argparse.Namespace(backends="ort,tvm", collector="python", time="1m", seed=1, jobs=2)
     argv = experiment.fuzz_argv(experiment.Config("tzer", "on"), Path("/nonexistent/tzer-on"), args)
     assert argv[argv.index("--backends") + 1] == "tvm" and argv[argv.index("--generator") + 1] == "tzer"
     argv = experiment.fuzz_argv(experiment.Config("lemon", "off"), Path("/nonexistent/lemon-off"), args)
     assert argv[argv.index("--backends") + 1] == "ort,tvm"
+    assert argv[argv.index("--gen-process") + 1] == "off"  # two campaigns at once share the cores
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ import numpy as np
 
 from nnsmith_cov import __version__
 from nnsmith_cov.abstract.op import export_forms
+from nnsmith_cov.campaign.ahead import Generator, Pending
 from nnsmith_cov.campaign.fuzz_config import FuzzConfig
 from nnsmith_cov.campaign.internal import Breaker, BreakerTripped, InternalError, gen_config_json
 from nnsmith_cov.campaign.ledger import Event, Finished, Ledger
@@ -24,7 +25,7 @@ from nnsmith_cov.campaign.run_dir import RUN_SCHEMA, RunDir
 from nnsmith_cov.campaign.run_stats import RunStats
 from nnsmith_cov.campaign.testcase import CaseResult, Proposed, prepare, propose, run_prepared
 from nnsmith_cov.campaign.unsupported import SupportLearner
-from nnsmith_cov.campaign.worker_handle import WorkerFault, WorkerHandle, WorkerStartError
+from nnsmith_cov.campaign.worker_handle import Reply, WorkerFault, WorkerHandle, WorkerStartError
 from nnsmith_cov.corpus.records import CorpusError
 from nnsmith_cov.corpus.seeds import Seed, SeedPool
 from nnsmith_cov.corpus.store import CorpusStore
@@ -87,6 +88,9 @@ class Fuzzer:
         self.lock = threading.RLock()
         # Per worker (id), its last test's commit when `run_workers` defers it (see `_finish`).
         self._pending: dict[int, Callable[[], None]] = {}
+        # Per worker (id), the generator that makes its next test's graph ahead (`campaign.ahead`).
+        self.generators: dict[int, Generator] = {}
+        self._stop = threading.Event()  # `run_workers`' stop: no test is taken ahead once it is set
 
     @property
     def covmap(self) -> VirginMap | None:
@@ -170,7 +174,14 @@ class Fuzzer:
     def close(self) -> None:
         for w in self.workers:
             self.flush(w)
+        for g in self.generators.values():
+            g.close()
         self.ledger.close()
+
+    def generate_ahead(self, worker: WorkerHandle, generator: Generator) -> None:
+        """Have `generator` make `worker`'s next graph while `worker` runs its current test."""
+        generator.start()
+        self.generators[id(worker)] = generator
 
     def done(self) -> bool:
         cfg, st = self.cfg, self.stats
@@ -229,35 +240,84 @@ class Fuzzer:
         self.stats.starts.append(self.stats.elapsed())
         return True
 
+    def _begin(self, test: _Test) -> tuple[str, GraphIR] | None:
+        """Number `test` and propose it (its parent drawn), or hand it the next probe, which is
+        returned; under the lock. Raises _Spent when the budget is spent."""
+        assert self.scheduler is not None
+        if not self._take(test):
+            raise _Spent
+        probe = self.probes.popleft() if self.probes else None
+        if probe is None:
+            test.stage = "propose"
+            test.proposal = self.scheduler.propose()
+            if test.proposal.seeded and self.seeds:
+                rng = np.random.default_rng([self.cfg.seed, test.k])
+                test.parent = self.seeds.pick(rng, attempt=True)
+        return probe
+
+    def _ahead(self, worker: WorkerHandle) -> None:
+        """Take `worker`'s next test now and have its generator make the graph (see
+        `campaign.ahead`); nothing when it has none, or holds one already, or the budget is spent."""
+        generator = self.generators.get(id(worker))
+        if generator is None or generator.busy() or self._stop.is_set():
+            return
+        nxt = _Test(-1, 0)
+        pending = Pending(nxt)
+        try:
+            with self.lock:
+                pending.probe = self._begin(nxt)
+            if pending.probe is None:
+                pending.request = self._proposal(nxt)
+        except _Spent:
+            return
+        except Exception as e:  # noqa: BLE001 - our own, on that test: recorded when it comes up
+            if nxt.k < 0:
+                raise
+            pending.error = e
+        generator.hold(pending, self.cfg.settings.timeout_s + self.cfg.gen.timeout_ms / 1e3)
+
+    def has_ahead(self, worker: WorkerHandle) -> bool:
+        """`worker` has a test taken ahead, to run even once the budget is spent."""
+        generator = self.generators.get(id(worker))
+        return generator is not None and generator.busy()
+
     def _run_test(self, worker: WorkerHandle, test: _Test, defer: bool = False) -> CaseResult | None:
         """`step`'s body: `test` is filled in as it goes, so that an error anywhere is recorded
         against the right test and stage."""
         assert self.scheduler is not None
-        with self.lock:
-            if not self._take(test):
-                self.flush(worker)
+        made: Reply | None = None
+        generator = self.generators.get(id(worker))
+        if generator is not None and generator.busy():
+            pending = generator.take()
+            vars(test).update(vars(pending.test))  # the test that was taken ahead, in the caller's record
+            probe, request, made = pending.probe, pending.request, pending.reply
+            if pending.error is not None:
+                raise pending.error
+        else:
+            try:
+                with self.lock:
+                    probe = self._begin(test)
+            except _Spent:
+                self._locked(self.flush, worker)
                 return None
-            probe = self.probes.popleft() if self.probes else None
-            if probe is None:
-                test.stage = "propose"
-                test.proposal = self.scheduler.propose()
-                if test.proposal.seeded and self.seeds:
-                    rng = np.random.default_rng([self.cfg.seed, test.k])
-                    test.parent = self.seeds.pick(rng, attempt=True)
+            request = None if probe is not None else self._proposal(test)  # the worker makes the graph
         t0 = time.perf_counter()  # the test's cost, for the scheduler
         test.stage = "generate"
+        self._ahead(worker)  # the next test's graph is made while this one runs
         settings, known = self.cfg.settings, self.stats.signatures.__contains__
         if probe is not None:
             self._locked(self.flush, worker)
             gen: Generated | None = _probe_test(probe, test.seed)
             prep = lambda: prepare(worker, probe[1], test.seed, settings)
         else:
-            request = self._proposal(test)
+            assert request is not None
             # the previous test's commit runs while the worker makes this one's graph
             flush = lambda: self._locked(self.flush, worker)
-            proposed = propose(worker, request, settings, self.cfg.gen.timeout_ms / 1e3, flush)
+            proposed = propose(worker, request, settings, self.cfg.gen.timeout_ms / 1e3, flush, made)
             gen = self._generated(test, proposed)
             prep = lambda: (proposed.prepared, proposed.finding)
+            if made is not None and gen is not None:
+                t0 -= gen.record.gen_ms / 1e3  # made elsewhere, still this test's cost
         if gen is None:
             return None
         test.graph = gen.graph
@@ -351,8 +411,9 @@ class Fuzzer:
         pool); returns its commit (the ledger's), to run now or beside the next test."""
         st, sched = self.stats, self.scheduler
         assert sched is not None
-        st.restarts = sum(w.deaths for w in self.workers)
-        st.recycles = sum(getattr(w, "recycles", 0) for w in self.workers)
+        handles = [*self.workers, *(g.handle for g in self.generators.values())]
+        st.restarts = sum(w.deaths for w in handles)
+        st.recycles = sum(getattr(w, "recycles", 0) for w in handles)
         st.stage_ms["generate"].append(gen.record.gen_ms)
         st.infeasible += len(gen.record.infeasible)
         st.op_tests.update(set(gen.record.ops))
@@ -440,12 +501,14 @@ class Fuzzer:
             if hello.get("collector") and self.universe is not None and w.universe().ident != self.universe.ident:
                 raise WorkerStartError("workers measure different branch universes")
         self.workers = [self.worker, *more]
+        self._stop = stop
         errors: list[BaseException] = []
 
         def loop(w: WorkerHandle) -> None:
             try:
                 try:
-                    while not stop.is_set() and not self.done():
+                    # a test taken ahead (`campaign.ahead`) is run even once the budget is spent
+                    while (not stop.is_set() and not self.done()) or self.has_ahead(w):
                         self.step(w, defer=True)
                         on_step()
                 except (CorpusError, OSError):
@@ -490,6 +553,10 @@ class _Test:
     folded: tuple[Hits, Novelty] | None = None  # its hits once in the map: they must be stored with it
     calls: list[tuple[str, mutate.Call]] = field(default_factory=list)  # proposed to the worker, in turn
     fresh: GenConfig | None = None  # ... and the fresh graph's config after them
+
+
+class _Spent(Exception):
+    """The campaign's budget is spent: no test to take."""
 
 
 class _GenerationFailed(Exception):

@@ -23,6 +23,12 @@ where a worker that dies or hangs was:
       |  {"kind": "gen_failed"}     (the generator gave up: no test)
       |  {"kind": "gen_error", "index": 1, "type": "KeyError", "message": "...", "traceback": "..."}
          (our own code raised while generating, in call `index` of "calls"; -1: the fresh graph)
+      ("made": a "made" reply, below: the graph was made ahead by another worker; not again here)
+  {"kind": "generate", <the fields of "propose">}
+      -> {"kind": "made", "index": 0, "record": <GenRecord JSON>, "graph": <GraphIR JSON>}
+      |  "gen_failed" | "gen_error" as for "propose"
+         (the graph alone: a worker that only generates makes the next test's while another
+         worker runs this one; see `campaign.ahead`)
   {"kind": "blobs", "test": 17}
       -> {"kind": "blobs", "values": {"i0": <array>, "w1": ...}, "onnx": <bytes> | null}
          (the held test's values and model, for a test the driver keeps)

@@ -95,6 +95,10 @@ class RunDir:
     def worker_log(self, k: int) -> Path:
         return self.root / "workers" / f"w{k}.log"
 
+    def generator_log(self, k: int) -> Path:
+        """The log of worker k's generator (`campaign.ahead`)."""
+        return self.root / "workers" / f"g{k}.log"
+
 
 def _safe(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in text)

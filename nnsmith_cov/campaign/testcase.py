@@ -179,29 +179,29 @@ def propose(
     settings: CaseSettings,
     gen_s: float = 0.0,
     meanwhile: Callable[[], None] | None = None,
+    made: Reply | None = None,
 ) -> Proposed:
     """Generation (given `gen_s` seconds beyond the request's timeout: its own budget), value
     search and export of a proposed test in the worker; a death or error in the search or the
-    export is a PyTorch finding, as in `prepare`. `meanwhile` runs here while the worker works."""
+    export is a PyTorch finding, as in `prepare`. `meanwhile` runs here while the worker works.
+    `made`: the reply of the "generate" request another worker (`campaign.ahead`) answered for
+    this one: the worker then searches and exports that graph."""
     from nnsmith_cov.campaign.proposal import record_from_json
     from nnsmith_cov.ops import is_op
 
+    if made is not None:
+        failed = _gen_failure(made, made.msg)
+        if failed is not None:
+            return failed
+        request = request | {"made": made.msg}
     reply = worker.call(request, settings.timeout_s + gen_s, meanwhile, settings.prepare_timeout_s())
-    msg = reply.msg or {}
-    if msg.get("kind") == "gen_failed":
-        return Proposed(failed=True)
-    if msg.get("kind") == "gen_error":
-        text = msg["traceback"]
-        message = (str(msg["message"]).strip().splitlines() or [""])[0][:300]
-        error = InternalError("generate", msg["type"], message, text, project_frames(text))
-        return Proposed(msg["index"], error=error)
-    made = reply.generated
-    if made is None:  # the worker died or hung before its graph was made
-        how = "hung" if reply.hung else f"died ({reply.died})"
-        error = InternalError.from_worker("generate", f"WorkerDied: the worker {how} while generating\n{reply.log}")
-        return Proposed(error=error)
-    graph = GraphIR.from_json(made["graph"], known_op=is_op)
-    gen = Generated(graph, record_from_json(made["record"]))
+    failed = _gen_failure(reply, reply.generated or reply.msg)
+    if failed is not None:
+        return failed
+    made_msg, msg = reply.generated, reply.msg or {}
+    assert made_msg is not None
+    graph = GraphIR.from_json(made_msg["graph"], known_op=is_op)
+    gen = Generated(graph, record_from_json(made_msg["record"]))
     seed = request["seed"]
     oracle = decode_arrays(msg["oracle"]) if msg.get("oracle") is not None else None
     ms = dict(msg.get("ms") or {})
@@ -210,7 +210,25 @@ def propose(
     if reply.msg is not None:
         prepared.test = request["test"]
         prepared.fetch = lambda: fetch_blobs(worker, request["test"], settings.timeout_s)
-    return Proposed(made["index"], gen, prepared, _torch_failure(reply, "reference"))
+    return Proposed(made_msg["index"], gen, prepared, _torch_failure(reply, "reference"))
+
+
+def _gen_failure(reply: Reply, msg: dict[str, Any] | None) -> Proposed | None:
+    """What a generation that gave no graph stands for (`msg`: the reply's final message, or its
+    graph's announcement); None when the graph was made."""
+    msg = msg or {}
+    if msg.get("kind") == "gen_failed":
+        return Proposed(failed=True)
+    if msg.get("kind") == "gen_error":
+        text = msg["traceback"]
+        message = (str(msg["message"]).strip().splitlines() or [""])[0][:300]
+        error = InternalError("generate", msg["type"], message, text, project_frames(text))
+        return Proposed(msg["index"], error=error)
+    if msg.get("kind") not in ("generated", "made"):  # the worker died or hung before its graph was made
+        how = "hung" if reply.hung else f"died ({reply.died})"
+        error = InternalError.from_worker("generate", f"WorkerDied: the worker {how} while generating\n{reply.log}")
+        return Proposed(error=error)
+    return None
 
 
 def fetch_blobs(worker: WorkerHandle, test: int, timeout_s: float) -> tuple[dict[str, np.ndarray], bytes | None]:

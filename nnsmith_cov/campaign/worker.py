@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import importlib
 import os
 import resource
 import sys
@@ -266,13 +267,12 @@ class Worker:
             return reply
         return reply | {"ms": {"search": search_ms, "export": export_ms}, "error": None}
 
-    def propose(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """Generate a proposed test's graph (see `campaign.proposal`), then search and export it as
-        `prepare` does. The values and the model stay here (`held`): the backend runs of the test
-        name it, and the driver asks for them (`blobs`) only for a test it keeps."""
+    def generate(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Make a proposed test's graph (see `campaign.proposal`) and nothing more: a "made" reply
+        (the graph and its record), "gen_failed" or "gen_error". A worker that only generates
+        makes the next test's graph while another runs this one (`campaign.ahead`)."""
         from nnsmith_cov.campaign.proposal import call_from_json, config_from_json, generate_proposed, record_json
 
-        self._drop_held()
         self.stage("generate")  # on this (native) thread: a followed measuring thread never generates
         calls = [call_from_json(c) for c in msg["calls"]]
         out = generate_proposed(msg["generator"], calls, config_from_json(msg["fresh"]), msg["seed"])
@@ -283,10 +283,21 @@ class Worker:
             return {"kind": "gen_error", "index": out.index} | error
         if out.gen is None:
             return {"kind": "gen_failed"}
-        graph = out.gen.graph.to_json()
+        record, graph = record_json(out.gen.record), out.gen.graph.to_json()
+        return {"kind": "made", "index": out.index, "record": record, "graph": graph}
+
+    def propose(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Generate a proposed test's graph (`generate`; or take the one `msg["made"]` carries,
+        made ahead elsewhere), then search and export it as `prepare` does. The values and the
+        model stay here (`held`): the backend runs of the test name it, and the driver asks for
+        them (`blobs`) only for a test it keeps."""
+        self._drop_held()
+        made = msg.get("made") or self.generate(msg)
+        if made["kind"] != "made":
+            return made
         # Announced before the search: a death there is a finding on this graph.
-        self.emit({"kind": "generated", "index": out.index, "record": record_json(out.gen.record), "graph": graph})
-        reply = self.prepare({"graph": graph, "seed": msg["seed"], "search": msg.get("search", {})})
+        self.emit({"kind": "generated", "index": made["index"], "record": made["record"], "graph": made["graph"]})
+        reply = self.prepare({"graph": made["graph"], "seed": msg["seed"], "search": msg.get("search", {})})
         self._hold({"test": msg["test"], "values": reply.pop("values"), "onnx": reply.pop("onnx")})
         return reply
 
@@ -424,8 +435,7 @@ class Worker:
             return collector.stop()
 
         t0 = time.perf_counter()
-        hits, flicker = collector.settle(Hits.from_wire(reply["hits"]), again, key)
-        reply["hits"] = hits.to_wire()
+        flicker = collector.settle(Hits.from_wire(reply["hits"]), again, key)
         reply["calibration"] = {"ms": (time.perf_counter() - t0) * 1e3, "reran": bool(reran)}
         if len(flicker):
             reply["unstable"] = flicker.astype("<u4").tobytes()
@@ -476,6 +486,7 @@ def serve(
         "hello": worker.hello,
         "prepare": worker.prepare,
         "propose": worker.propose,
+        "generate": worker.generate,
         "blobs": worker.blobs,
         "export": worker.export,
         "run": worker.run,
@@ -508,6 +519,7 @@ def main() -> int:
     ap.add_argument("--cov-targets", default="")
     ap.add_argument("--mem-limit-mb", type=int, default=0)
     ap.add_argument("--held", default="", help="where the current test's model side is kept")
+    ap.add_argument("--plugins", default="", help="plug-in modules to import, their backends not served")
     args = ap.parse_args()
     # Crashing the systems under test is the point: a core file per segfault (hundreds of MB
     # each, in the campaign's working folder) would fill the disk over a long campaign.
@@ -521,6 +533,8 @@ def main() -> int:
 
     torch.set_num_threads(1)  # one core per worker; parallelism comes from more workers
     split = lambda text: [s for s in text.split(",") if s]
+    for module in split(args.plugins):
+        importlib.import_module(module)
     return serve(args.fd_in, args.fd_out, split(args.backends), args.collector, split(args.cov_targets), args.held)
 
 

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 _WORKER_ENV = {"OMP_NUM_THREADS": "1", "TVM_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 LOG_LIMIT = 8 << 20  # a worker log past this is cut at the next call
 START_TRIES = 5  # starts of a worker that keeps dying before its hello (see `WorkerHandle.start`)
-_TEST_START = ("prepare", "propose", "export")  # the first request of each test: where a worker is recycled
+_TEST_START = ("prepare", "propose", "generate", "export")  # a test's first request: where a worker is recycled
 
 
 class WorkerStartError(Exception):
@@ -73,8 +73,12 @@ class WorkerHandle:
         mem_limit_mb: int = 0,
         recycle_after: int = 0,
         max_rss_mb: int = 0,
+        plugins: list[str] | None = None,
     ) -> None:
         self.backends = backends
+        # Plug-in modules the worker imports without serving their backends (a generator's: what
+        # they change in the generator where they run, they change there too; see `campaign.ahead`)
+        self.plugins = plugins or []
         # Recycling (AFL++'s fork mode, libFuzzer's -rss_limit_mb): a fresh worker after this
         # many tests, or once the worker's resident memory passes max_rss_mb (0: never).
         self.recycle_after, self.max_rss_mb = recycle_after, max_rss_mb
@@ -146,6 +150,8 @@ class WorkerHandle:
             if self.mem_limit_mb > 0:
                 cmd += ["--mem-limit-mb", str(self.mem_limit_mb)]
             cmd += ["--held", str(self.held_path)]
+            if self.plugins:
+                cmd += ["--plugins", ",".join(self.plugins)]
             self.proc = subprocess.Popen(
                 [*cmd, "--backends", ",".join(self.backends)],
                 pass_fds=(req_r, rep_w),

@@ -56,6 +56,7 @@ def main(args: argparse.Namespace) -> int:
     first = _new_worker(handle_kind, args, run, 0, plan.collector)
     fuzzer = _started_fuzzer(args, plan, cfg, settings, run, first, console)
     more = [_new_worker(handle_kind, args, run, i, plan.collector) for i in range(1, workers)]
+    _generators(args, fuzzer, [first, *more], handle_kind, run, console)
     campaign = _Campaign(fuzzer, more, console, _StatusView(fuzzer, args, plan))
     try:
         interrupted = campaign.run(args.status_every)
@@ -127,6 +128,28 @@ def _new_worker(handle_kind: type, args: argparse.Namespace, run: RunDir, index:
     )
     recycling(worker, args.recycle_after, args.worker_max_rss_mb)
     return worker
+
+
+def _generators(
+    args: argparse.Namespace, fuzzer: Fuzzer, workers: list, handle_kind: type, run: RunDir, console: Console
+) -> None:
+    """Give each local worker a generator process that makes its next test's graph ahead
+    (`campaign.ahead`), where --gen-process says so; one that cannot start leaves its worker
+    making its own graphs, as without one."""
+    from nnsmith_cov.campaign.ahead import Generator, generators_fit
+    from nnsmith_cov.campaign.fuzz_loop import Fuzzer
+    from nnsmith_cov.campaign.worker_handle import WorkerHandle, WorkerStartError, recycling
+
+    local = handle_kind is WorkerHandle and type(fuzzer) is Fuzzer  # not Ray actors, not Tzer's TIR tests
+    if args.gen_process == "off" or not local or (args.gen_process == "auto" and not generators_fit(len(workers))):
+        return
+    for i, worker in enumerate(workers):
+        generator = Generator(run.generator_log(i), args.backends, args.worker_mem_mb or 0)
+        recycling(generator.handle, args.recycle_after, args.worker_max_rss_mb)  # as its worker, for Z3's memory
+        try:
+            fuzzer.generate_ahead(worker, generator)
+        except WorkerStartError as e:
+            console.print(f"[yellow]generator {i} did not start ({e}): worker {i} makes its own graphs[/]")
 
 
 def _started_fuzzer(
