@@ -241,11 +241,9 @@ class Fuzzer:
         return True
 
     def _begin(self, test: _Test) -> tuple[str, GraphIR] | None:
-        """Number `test` and propose it (its parent drawn), or hand it the next probe, which is
-        returned; under the lock. Raises _Spent when the budget is spent."""
+        """Propose `test` (numbered by `_take`; its parent drawn), or hand it the next probe, which
+        is returned; under the lock."""
         assert self.scheduler is not None
-        if not self._take(test):
-            raise _Spent
         probe = self.probes.popleft() if self.probes else None
         if probe is None:
             test.stage = "propose"
@@ -263,17 +261,18 @@ class Fuzzer:
             return
         nxt = _Test(-1, 0)
         pending = Pending(nxt)
-        try:
-            with self.lock:
+        with self.lock:
+            if not self._take(nxt):
+                return
+            try:
                 pending.probe = self._begin(nxt)
-            if pending.probe is None:
+            except Exception as e:  # noqa: BLE001 - our own, on that test: recorded when it comes up
+                pending.error = e
+        if pending.probe is None and pending.error is None:
+            try:
                 pending.request = self._proposal(nxt)
-        except _Spent:
-            return
-        except Exception as e:  # noqa: BLE001 - our own, on that test: recorded when it comes up
-            if nxt.k < 0:
-                raise
-            pending.error = e
+            except Exception as e:  # noqa: BLE001 - as above
+                pending.error = e
         generator.hold(pending, self.cfg.settings.timeout_s + self.cfg.gen.timeout_ms / 1e3)
 
     def has_ahead(self, worker: WorkerHandle) -> bool:
@@ -294,26 +293,30 @@ class Fuzzer:
             if pending.error is not None:
                 raise pending.error
         else:
-            try:
-                with self.lock:
-                    probe = self._begin(test)
-            except _Spent:
-                self._locked(self.flush, worker)
-                return None
+            with self.lock:
+                if not self._take(test):
+                    self.flush(worker)
+                    return None
+                probe = self._begin(test)
             request = None if probe is not None else self._proposal(test)  # the worker makes the graph
         t0 = time.perf_counter()  # the test's cost, for the scheduler
         test.stage = "generate"
-        self._ahead(worker)  # the next test's graph is made while this one runs
         settings, known = self.cfg.settings, self.stats.signatures.__contains__
         if probe is not None:
+            self._ahead(worker)
             self._locked(self.flush, worker)
             gen: Generated | None = _probe_test(probe, test.seed)
             prep = lambda: prepare(worker, probe[1], test.seed, settings)
         else:
             assert request is not None
-            # the previous test's commit runs while the worker makes this one's graph
-            flush = lambda: self._locked(self.flush, worker)
-            proposed = propose(worker, request, settings, self.cfg.gen.timeout_ms / 1e3, flush, made)
+
+            def meanwhile() -> None:
+                """Once the worker has this test: the next test is proposed and its graph made
+                (`campaign.ahead`), and the previous test's commit runs, all beside the worker."""
+                self._ahead(worker)
+                self._locked(self.flush, worker)
+
+            proposed = propose(worker, request, settings, self.cfg.gen.timeout_ms / 1e3, meanwhile, made)
             gen = self._generated(test, proposed)
             prep = lambda: (proposed.prepared, proposed.finding)
             if made is not None and gen is not None:
@@ -553,10 +556,6 @@ class _Test:
     folded: tuple[Hits, Novelty] | None = None  # its hits once in the map: they must be stored with it
     calls: list[tuple[str, mutate.Call]] = field(default_factory=list)  # proposed to the worker, in turn
     fresh: GenConfig | None = None  # ... and the fresh graph's config after them
-
-
-class _Spent(Exception):
-    """The campaign's budget is spent: no test to take."""
 
 
 class _GenerationFailed(Exception):

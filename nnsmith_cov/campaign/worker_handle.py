@@ -277,7 +277,11 @@ class WorkerHandle:
         except BrokenPipeError:
             sent = False
         if meanwhile is not None:
-            meanwhile()
+            try:
+                meanwhile()
+            except BaseException:
+                self._kill()  # its reply would be read as the next call's: start afresh
+                raise
         if not sent:
             return self._dead(stage, log_start, t0)
         while True:
