@@ -133,3 +133,27 @@ def test_gen_process_takes_auto_on_or_off_only(tmp_path, capsys):
     argv = ["fuzz", "-o", str(tmp_path / "c"), "--tests", "1", "--backends", "ort", "--gen-process", "sometimes"]
     assert main(argv) != 0
     assert "--gen-process" in capsys.readouterr().err
+
+
+def test_a_call_whose_meanwhile_raises_leaves_no_reply_for_the_next_call(tmp_path):
+    """The next test is proposed in `meanwhile`, while the worker answers: if that raises, the
+    worker's answer must not be read as the next call's. The worker is dropped, the error
+    goes up, and the next call gets a fresh worker and its own reply."""
+    worker = WorkerHandle([], tmp_path / "w.log")
+    try:
+        first_pid = worker.start()["pid"]
+
+        def broken() -> None:
+            raise RuntimeError("the proposal failed")
+
+        warm = {"kind": "warm_up", "backends": []}
+        try:
+            worker.call(warm, 60, broken)
+        except RuntimeError as e:
+            assert str(e) == "the proposal failed"
+        else:
+            raise AssertionError("meanwhile's error was swallowed")
+        reply = worker.call(warm, 60)
+        assert reply.msg is not None and reply.msg["kind"] == "warm" and worker.ready["pid"] != first_pid
+    finally:
+        worker.close()

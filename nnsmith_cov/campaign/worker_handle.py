@@ -280,7 +280,8 @@ class WorkerHandle:
             try:
                 meanwhile()
             except BaseException:
-                self._kill()  # its reply would be read as the next call's: start afresh
+                self._kill()  # its reply would be read as the next call's: the next call starts afresh
+                self._reap()
                 raise
         if not sent:
             return self._dead(stage, log_start, t0)
