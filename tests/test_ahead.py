@@ -65,6 +65,8 @@ def test_graphs_made_ahead_are_the_graphs_the_worker_makes(tmp_path, monkeypatch
     assert ahead == alone
     assert generator is not None and generator.handle.tests == 7  # tests 1-7: "generate" requests
     assert fuzzer.stats.tests == 8 and fuzzer.stats.internal_errors == 0 and all(r is not None for r in results)
+    # the worker's round trip holds its search and export: a graph made elsewhere is not taken off it
+    assert all(r.ms["prepare"] >= r.ms["search"] + r.ms["export"] for r in results if "export" in r.ms)
     assert worker.deaths == 0 and generator.deaths == 0
 
 

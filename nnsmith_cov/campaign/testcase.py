@@ -205,7 +205,8 @@ def propose(
     seed = request["seed"]
     oracle = decode_arrays(msg["oracle"]) if msg.get("oracle") is not None else None
     ms = dict(msg.get("ms") or {})
-    ms["prepare"] = max(reply.elapsed_ms - gen.record.gen_ms, 0.0)  # the round trip, less the generation
+    # the round trip, less the generation where this worker made the graph
+    ms["prepare"] = reply.elapsed_ms if made is not None else max(reply.elapsed_ms - gen.record.gen_ms, 0.0)
     prepared = Prepared(graph, seed, {}, oracle, None, msg.get("search"), ms, _hits(msg))
     if reply.msg is not None:
         prepared.test = request["test"]
