@@ -1,6 +1,6 @@
-"""Generation one test ahead (`campaign.ahead`): a backend-less worker makes test k+1's graph while
-the test's worker runs test k; the graphs are the ones the test's worker would have made, and a
-generator that dies costs its test only."""
+"""Generation ahead (`campaign.ahead`): a backend-less worker makes the graphs of tests k+1 and k+2
+while the test's worker runs test k; the graphs are the ones the test's worker would have made,
+and a generator that dies costs its test only."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from nnsmith_cov.campaign.run_dir import RunDir
 from nnsmith_cov.campaign.testcase import CaseSettings
 from nnsmith_cov.campaign.worker_handle import WorkerHandle
 from nnsmith_cov.cli import main
+from nnsmith_cov.corpus.store import CorpusStore
 from nnsmith_cov.gen.generator import GenConfig
 from nnsmith_cov.ops import select_ops
 
@@ -71,9 +72,10 @@ def test_graphs_made_ahead_are_the_graphs_the_worker_makes(tmp_path, monkeypatch
 
 
 def test_a_generator_killed_while_generating_costs_that_test_only(tmp_path, monkeypatch):
-    """The generator dies making test 2's graph (while the worker runs test 1): test 2 is an
-    internal error of stage generate, as a worker's death there is; the generator is replaced
-    and the campaign runs its budget, the test's worker untouched."""
+    """The generator dies making test 2's graph (while the worker runs test 0 or 1): test 2 is
+    an internal error of stage generate, as a worker's death there is; the generator is
+    replaced (test 3's graph, taken ahead after it, is made by the new one) and the campaign
+    runs its budget, the test's worker untouched."""
     monkeypatch.setenv(FAULT_ENV, f"kill:{fuzz_loop.test_seed(5, 2)}")  # read by the plug-in (tests/worker_faults.py)
     _, results, fuzzer, worker, generator = _campaign(tmp_path / "c", "worker_faults:Ort", 5, True, monkeypatch)
     assert [r is None for r in results] == [False, False, True, False, False]
@@ -84,9 +86,9 @@ def test_a_generator_killed_while_generating_costs_that_test_only(tmp_path, monk
     assert line["test"] == 2 and line["stage"] == "generate" and "WorkerDied" in line["signature"]
 
 
-def test_a_stopped_campaign_runs_the_test_it_took_ahead_and_takes_no_more(tmp_path):
-    """`run_workers` stopped (a signal) after three tests: the fourth, taken ahead, still runs,
-    and nothing more is taken, though the budget is far from spent."""
+def test_a_stopped_campaign_runs_the_tests_it_took_ahead_and_takes_no_more(tmp_path):
+    """`run_workers` stopped (a signal) after three tests: the fourth and the fifth, taken
+    ahead, still run, and nothing more is taken, though the budget is far from spent."""
     import threading
 
     backend = "fake_coverage:SigmoidPays"
@@ -110,7 +112,7 @@ def test_a_stopped_campaign_runs_the_test_it_took_ahead_and_takes_no_more(tmp_pa
     finally:
         fuzzer.close()
         worker.close()
-    assert len(steps) == 4 and fuzzer.stats.tests == 4 and fuzzer.stats.executed == 4
+    assert len(steps) == 5 and fuzzer.stats.tests == 5 and fuzzer.stats.executed == 5
 
 
 def test_generators_fit_where_each_worker_has_a_core_for_one():
@@ -159,3 +161,49 @@ def test_a_call_whose_meanwhile_raises_leaves_no_reply_for_the_next_call(tmp_pat
         assert reply.msg is not None and reply.msg["kind"] == "warm" and worker.ready["pid"] != first_pid
     finally:
         worker.close()
+
+
+def test_a_test_applied_beside_the_next_is_applied_in_order_and_charged_its_own_errors(tmp_path, monkeypatch):
+    """With a generator, `run_workers` hands the worker its next test before the last one is
+    applied (`_finish` runs beside it). The scheduler still observes every test once, in test
+    order, and an error of ours while applying test 2 is test 2's internal error (stage
+    observe), not test 3's, which runs and is kept as any other."""
+    import threading
+
+    from nnsmith_cov.feedback.scheduler import Scheduler
+
+    observed: list[int] = []
+    real_observe, real_finish = Scheduler.observe, Fuzzer._finish
+
+    def observe(self, proposal, record, novelty, *args, **kwargs):
+        observed.append(record.seed)
+        return real_observe(self, proposal, record, novelty, *args, **kwargs)
+
+    def finish(self, test, gen, result, seconds):
+        if test.k == 2:
+            raise KeyError("applying test 2")
+        return real_finish(self, test, gen, result, seconds)
+
+    monkeypatch.setattr(Scheduler, "observe", observe)
+    monkeypatch.setattr(Fuzzer, "_finish", finish)
+    backend = "fake_coverage:SigmoidPays"
+    settings = CaseSettings([backend], search=SEARCH, localize=False)
+    ops = [f32_only(op) for op in select_ops(OPS)]
+    cfg = FuzzConfig(GenConfig(nodes=3, ops=ops), settings, seed=4, max_tests=7)
+    run = RunDir(tmp_path / "c")
+    worker = WorkerHandle([backend], run.worker_log(0))
+    fuzzer = Fuzzer(cfg, run, worker, lambda ev: None, corpus=True)
+    try:
+        fuzzer.start()
+        fuzzer.generate_ahead(worker, Generator(run.generator_log(0), [backend]))
+        fuzzer.run_workers([], lambda: None, threading.Event())
+    finally:
+        fuzzer.close()
+        worker.close()
+    assert observed == [fuzz_loop.test_seed(4, k) for k in range(7) if k != 2]
+    st = fuzzer.stats
+    assert st.tests == 7 and st.executed == 6 and st.internal_errors == 1  # test 2 counts as its error
+    (line,) = [json.loads(x) for x in (tmp_path / "c" / "internal.jsonl").read_text().splitlines()]
+    assert line["test"] == 2 and line["stage"] == "observe" and "KeyError" in line["signature"]
+    with CorpusStore.open(tmp_path / "c" / "lmdb", readonly=True) as store:
+        assert store.counters().tests_run == 7  # every test committed once, test 2 as its error

@@ -21,7 +21,7 @@ from nnsmith_cov.campaign.cluster import RayWorkerHandle
 from nnsmith_cov.campaign.fuzz_loop import FuzzConfig, Fuzzer
 from nnsmith_cov.campaign.proposal import FRESH, config_from_json, config_json, record_from_json, record_json
 from nnsmith_cov.campaign.run_dir import RunDir
-from nnsmith_cov.campaign.testcase import CaseSettings, fetch_blobs, propose, run_backend
+from nnsmith_cov.campaign.testcase import CaseSettings, propose, run_backend
 from nnsmith_cov.campaign.worker_handle import WorkerFault, WorkerHandle, recycling
 from nnsmith_cov.corpus.store import CorpusStore
 from nnsmith_cov.feedback import mutate
@@ -154,19 +154,21 @@ def test_the_worker_holds_the_test_across_its_own_crash_and_only_that_test(tmp_p
         assert proposed.index == FRESH and proposed.finding is None
         assert proposed.gen.graph.to_json() == generate(cfg, 11).graph.to_json()
         prepared = proposed.prepared
-        assert prepared.held and prepared.values == {} and prepared.onnx is None  # nothing came over yet
-        assert run_backend(worker, prepared, "ort", "opt", 30).msg["kind"] == "outputs"  # named, not sent
-        values, onnx = fetch_blobs(worker, 4, 30)
-        assert onnx and set(values) == {n for n in values if n[0] in "iw"} and values
+        assert prepared.held and prepared.values == {} and prepared.onnx is None  # not decoded yet
+        first = run_backend(worker, prepared, "ort", "opt", 30).msg  # named, not sent
+        assert first["kind"] == "outputs"
         os.kill(worker.proc.pid, signal.SIGKILL)
         worker.proc.wait()
         worker.close()  # the handle takes note (as after a crash in a call); the next call starts a fresh one
-        again, onnx_again = fetch_blobs(worker, 4, 30)  # a fresh worker, from what the dead one left
-        assert onnx_again == onnx and all((again[k] == v).all() for k, v in values.items())
+        again = run_backend(worker, prepared, "ort", "opt", 30).msg  # a fresh worker, from what the dead one left
+        assert again["kind"] == "outputs" and again["outputs"] == first["outputs"]
         with pytest.raises(WorkerFault, match="test 5 is not held"):
-            fetch_blobs(worker, 5, 30)
-        prepared.load()
-        assert not prepared.held and prepared.onnx == onnx
+            worker.call({"kind": "run", "backend": "ort", "opt": "opt", "test": 5, "roundtrip": False}, 30)
+        prepared.load()  # the reply's copy: no round trip
+        assert not prepared.held and prepared.onnx and prepared.values
+        assert all(name[0] in "iw" for name in prepared.values)
+        sent = run_backend(worker, prepared, "ort", "opt", 30).msg  # the copy sent: the held test's model
+        assert sent["kind"] == "outputs" and sent["outputs"] == first["outputs"]
         # A generator that gives up is a clean failure, not a fault (no try to place an operator).
         hopeless = config_json(dataclasses.replace(cfg, max_tries_per_node=0))
         failed = propose(worker, request | {"test": 5, "fresh": hopeless, "search": SEARCH}, settings)

@@ -1,11 +1,12 @@
-"""Generation one test ahead, in a worker process of its own.
+"""Generation ahead of the tests, in a worker process of its own.
 
 A test spends about half of a worker's time making its graph (Z3), the rest searching
 values, exporting and running the systems under test. With a core to spare, a second,
-backend-less worker (the generator) makes test k+1's graph while the test's worker
-searches, exports and runs test k; the test's worker then takes the graph as made
-(`Worker.propose` with "made"). Test k+1 is numbered and proposed before test k's result
-is in, as it is with two workers: the scheduler sees every result but the last one.
+backend-less worker (the generator) makes the graphs of tests k+1 and k+2 while the test's
+worker searches, exports and runs test k; the test's worker then takes each graph as made
+(`Worker.propose` with "made"). Test k+2 is numbered and proposed before the results of
+tests k and k+1 are in, as it is with three workers: a proposal reads every result but the
+last two.
 
 The generator is a worker like any other (`WorkerHandle`): it dies, hangs and is replaced
 the same way, and what it reports is what generation in the test's worker reports
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,15 +46,21 @@ class Pending:
 
 
 class Generator:
-    """The generator worker of one test worker, and the test it is making ahead (at most one)."""
+    """The generator worker of one test worker, and the tests it makes ahead (`depth` at most, in
+    the order they were taken; its graphs are made one after another, as one worker makes them).
 
-    def __init__(self, log_path: Path, backends: list[str], mem_limit_mb: int = 0) -> None:
+    Two ahead, not one: a graph's time has a long tail (Z3 on products of symbolic dims), and
+    with one ahead each slow graph held the test's worker, which had finished its test and
+    waited for the next; with two, a slow graph is made while the worker still runs the one
+    before. The cost: a test is proposed two results late instead of one."""
+
+    def __init__(self, log_path: Path, backends: list[str], mem_limit_mb: int = 0, depth: int = 2) -> None:
         # No backend is served here, but a plug-in backend's module is imported as in the test's
         # worker: whatever it changes in generation (a test's injected faults) holds here too.
         plugins = [spec.split(":", 1)[0] for spec in backends if ":" in spec]
         self.handle = WorkerHandle([], log_path, mem_limit_mb=mem_limit_mb, plugins=plugins)
-        self._pending: Pending | None = None
-        self._thread: threading.Thread | None = None
+        self.depth = depth
+        self._ahead: deque[tuple[Pending, threading.Thread | None]] = deque()
 
     @property
     def deaths(self) -> int:
@@ -63,38 +71,44 @@ class Generator:
 
     def busy(self) -> bool:
         """A test is taken ahead and not yet handed over."""
-        return self._pending is not None
+        return bool(self._ahead)
+
+    def full(self) -> bool:
+        """As many tests are taken ahead as it makes."""
+        return len(self._ahead) >= self.depth
 
     def hold(self, pending: Pending, timeout_s: float = 0.0) -> None:
-        """Take `pending` ahead; with a request, its graph is made now, on a thread of ours."""
-        assert self._pending is None, "one test ahead at most"
-        self._pending = pending
-        if pending.request is None or pending.error is not None:
-            return
-        request = pending.request | {"kind": "generate"}
+        """Take `pending` ahead; with a request, its graph is made once the graphs taken before
+        it are, on a thread of ours."""
+        assert not self.full(), f"{self.depth} tests ahead at most"
+        thread = None
+        if pending.request is not None and pending.error is None:
+            request = pending.request | {"kind": "generate"}
+            before = next((t for _, t in reversed(self._ahead) if t is not None), None)
 
-        def make() -> None:
-            try:
-                pending.reply = self.handle.call(request, timeout_s)
-            except BaseException as e:  # noqa: BLE001 - handed to the loop with the test (WorkerFault)
-                pending.error = e
+            def make() -> None:
+                if before is not None:
+                    before.join()  # one call at a time on the generator's worker
+                try:
+                    pending.reply = self.handle.call(request, timeout_s)
+                except BaseException as e:  # noqa: BLE001 - handed to the loop with the test (WorkerFault)
+                    pending.error = e
 
-        self._thread = threading.Thread(target=make, name="nncov-generate", daemon=True)
-        self._thread.start()
+            thread = threading.Thread(target=make, name="nncov-generate", daemon=True)
+            thread.start()
+        self._ahead.append((pending, thread))
 
     def take(self) -> Pending:
-        """The test taken ahead, its graph made (or its error)."""
-        assert self._pending is not None
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-        pending, self._pending = self._pending, None
+        """The first test taken ahead, its graph made (or its error)."""
+        pending, thread = self._ahead.popleft()
+        if thread is not None:
+            thread.join()
         return pending
 
     def close(self) -> None:
-        """Stop the generator; a test taken ahead and not handed over is dropped (its number unused)."""
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-        self._pending = None
+        """Stop the generator; tests taken ahead and not handed over are dropped (their numbers unused)."""
+        for _, thread in self._ahead:
+            if thread is not None:
+                thread.join()
+        self._ahead.clear()
         self.handle.close()

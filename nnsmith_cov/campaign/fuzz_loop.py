@@ -88,6 +88,9 @@ class Fuzzer:
         self.lock = threading.RLock()
         # Per worker (id), its last test's commit when `run_workers` defers it (see `_finish`).
         self._pending: dict[int, Callable[[], None]] = {}
+        # Per worker with a generator (id), its last test's `_finish` itself, deferred so that the
+        # worker takes the test made ahead at once (see `_run_test`).
+        self._unfinished: dict[int, Callable[[], None]] = {}
         # Per worker (id), the generator that makes its next test's graph ahead (`campaign.ahead`).
         self.generators: dict[int, Generator] = {}
         self._stop = threading.Event()  # `run_workers`' stop: no test is taken ahead once it is set
@@ -226,10 +229,30 @@ class Fuzzer:
             return None
 
     def flush(self, worker: WorkerHandle) -> None:
-        """Run `worker`'s deferred commit, if one is waiting (commits stay in test order)."""
+        """Run `worker`'s deferred finish and commit, if waiting (commits stay in test order)."""
+        self._apply(worker)
+        self._commit(worker)
+
+    def _commit(self, worker: WorkerHandle) -> None:
         commit = self._pending.pop(id(worker), None)
         if commit is not None:
             commit()
+
+    def _apply(self, worker: WorkerHandle) -> None:
+        """Apply `worker`'s last test to what the next proposal reads, if that was deferred; its
+        commit is then the one waiting (a commit still waiting from the test before goes first)."""
+        finish = self._unfinished.pop(id(worker), None)
+        if finish is not None:
+            self._commit(worker)
+            finish()
+
+    def _beside(self, worker: WorkerHandle) -> None:
+        """What runs once the worker has its next request: the previous test applied (so the
+        proposal taken ahead now reads what it read when the test was applied before the
+        request), the next test taken ahead (`campaign.ahead`), then the previous test's commit."""
+        self._locked(self._apply, worker)
+        self._ahead(worker)
+        self._locked(self.flush, worker)
 
     def _take(self, test: _Test) -> bool:
         """Number `test` as the campaign's next one (under the lock); False when the budget is spent."""
@@ -254,26 +277,25 @@ class Fuzzer:
         return probe
 
     def _ahead(self, worker: WorkerHandle) -> None:
-        """Take `worker`'s next test now and have its generator make the graph (see
-        `campaign.ahead`); nothing when it has none, or holds one already, or the budget is spent."""
+        """Take `worker`'s next tests now, as many as its generator makes ahead, and have it make
+        their graphs (see `campaign.ahead`); nothing when it has none, or the budget is spent."""
         generator = self.generators.get(id(worker))
-        if generator is None or generator.busy() or self._stop.is_set():
-            return
-        nxt = _Test(-1, 0)
-        pending = Pending(nxt)
-        with self.lock:
-            if not self._take(nxt):
-                return
-            try:
-                pending.probe = self._begin(nxt)
-            except Exception as e:  # noqa: BLE001 - our own, on that test: recorded when it comes up
-                pending.error = e
-        if pending.probe is None and pending.error is None:
-            try:
-                pending.request = self._proposal(nxt)
-            except Exception as e:  # noqa: BLE001 - as above
-                pending.error = e
-        generator.hold(pending, self.cfg.settings.timeout_s + self.cfg.gen.timeout_ms / 1e3)
+        while generator is not None and not generator.full() and not self._stop.is_set():
+            nxt = _Test(-1, 0)
+            pending = Pending(nxt)
+            with self.lock:
+                if not self._take(nxt):
+                    return
+                try:
+                    pending.probe = self._begin(nxt)
+                except Exception as e:  # noqa: BLE001 - our own, on that test: recorded when it comes up
+                    pending.error = e
+            if pending.probe is None and pending.error is None:
+                try:
+                    pending.request = self._proposal(nxt)
+                except Exception as e:  # noqa: BLE001 - as above
+                    pending.error = e
+            generator.hold(pending, self.cfg.settings.timeout_s + self.cfg.gen.timeout_ms / 1e3)
 
     def has_ahead(self, worker: WorkerHandle) -> bool:
         """`worker` has a test taken ahead, to run even once the budget is spent."""
@@ -294,6 +316,7 @@ class Fuzzer:
                 raise pending.error
         else:
             with self.lock:
+                self._apply(worker)  # a deferred finish, left when the test taken ahead had no graph
                 if not self._take(test):
                     self.flush(worker)
                     return None
@@ -303,20 +326,16 @@ class Fuzzer:
         test.stage = "generate"
         settings, known = self.cfg.settings, self.stats.signatures.__contains__
         if probe is not None:
-            self._ahead(worker)
-            self._locked(self.flush, worker)
+            self._beside(worker)
             gen: Generated | None = _probe_test(probe, test.seed)
             prep = lambda: prepare(worker, probe[1], test.seed, settings)
         else:
             assert request is not None
 
-            def meanwhile() -> None:
-                """Once the worker has this test: the next test is proposed and its graph made
-                (`campaign.ahead`), and the previous test's commit runs, all beside the worker."""
-                self._ahead(worker)
-                self._locked(self.flush, worker)
-
+            meanwhile = lambda: self._beside(worker)
             proposed = propose(worker, request, settings, self.cfg.gen.timeout_ms / 1e3, meanwhile, made)
+            if proposed.gen is None:  # no graph (perhaps not even sent): the previous test goes first
+                self._locked(self.flush, worker)
             gen = self._generated(test, proposed)
             prep = lambda: (proposed.prepared, proposed.finding)
             if made is not None and gen is not None:
@@ -330,8 +349,24 @@ class Fuzzer:
         if result.unsupported:
             self._learn(worker, gen.graph, result)
         test.stage = "observe"
+        seconds = time.perf_counter() - t0
+        if defer and generator is not None:
+            # The next test is made ahead: the worker takes it now, and this test is applied
+            # beside it, before the test after is proposed (`_beside`): proposals read what they
+            # read with this test applied here, the worker no longer waits on it.
+            def finish() -> None:
+                try:
+                    self._pending[id(worker)] = self._finish(test, gen, result, seconds)
+                except (CorpusError, OSError, BreakerTripped):
+                    raise
+                except Exception as e:  # noqa: BLE001 - ours, on this test (not on the next one it runs beside)
+                    self._internal(test, InternalError.from_exception("observe", e))
+
+            with self.lock:
+                self._unfinished[id(worker)] = finish
+            return result
         with self.lock:
-            commit = self._finish(test, gen, result, time.perf_counter() - t0)
+            commit = self._finish(test, gen, result, seconds)
             if defer:
                 self._pending[id(worker)] = commit
             else:
@@ -515,7 +550,8 @@ class Fuzzer:
                         self.step(w, defer=True)
                         on_step()
                 except (CorpusError, OSError):
-                    self._pending.pop(id(w), None)  # the store failed: nothing more goes into it
+                    self._unfinished.pop(id(w), None)  # the store failed: nothing more goes into it
+                    self._pending.pop(id(w), None)
                     raise
                 finally:
                     with self.lock:

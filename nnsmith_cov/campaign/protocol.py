@@ -18,8 +18,8 @@ where a worker that dies or hangs was:
    "search": {...}}   (see `campaign.proposal`: the worker makes the test's graph itself)
       -> first {"kind": "generated", "index": 0, "record": <GenRecord JSON with its draws>, "graph": <GraphIR JSON>}
          (before the search, so that a death there is still a finding on a known graph), then the
-         "prepared" reply of "prepare" without "values" and "onnx": the worker holds those for the
-         test's "run" and "blobs" requests (also on disk, for the worker that replaces it after a crash)
+         "prepared" reply of "prepare"; the worker also holds its "values" and "onnx" for the test's
+         "run" requests (also on disk, for the worker that replaces it after a crash)
       |  {"kind": "gen_failed"}     (the generator gave up: no test)
       |  {"kind": "gen_error", "index": 1, "type": "KeyError", "message": "...", "traceback": "..."}
          (our own code raised while generating, in call `index` of "calls"; -1: the fresh graph)
@@ -29,9 +29,6 @@ where a worker that dies or hangs was:
       |  "gen_failed" | "gen_error" as for "propose"
          (the graph alone: a worker that only generates makes the next test's while another
          worker runs this one; see `campaign.ahead`)
-  {"kind": "blobs", "test": 17}
-      -> {"kind": "blobs", "values": {"i0": <array>, "w1": ...}, "onnx": <bytes> | null}
-         (the held test's values and model, for a test the driver keeps)
   {"kind": "export", "graph": <GraphIR JSON>, "values": {"i0": <array>, "w1": ...}}
       -> {"kind": "prepared", "onnx": <bytes> | null, "ms": {"export": 8.1}, "error": <error> | null}
          (a stored test's values exported again, without a search: how a replay re-measures it)

@@ -72,7 +72,8 @@ class Prepared:
     search: dict[str, Any] | None
     ms: dict[str, float] = field(default_factory=dict)  # search, export
     hits: Hits | None = None  # coverage of the export, when the worker has a collector
-    # A proposed test's values and model stay in its worker (the test's id there) until `load`.
+    # A proposed test's values and model are held by its worker (runs name the test's id there);
+    # its reply brought a copy, decoded at `load`.
     test: int | None = None
     fetch: Callable[[], tuple[dict[str, np.ndarray], bytes | None]] | None = field(default=None, repr=False)
 
@@ -81,12 +82,12 @@ class Prepared:
 
     @property
     def held(self) -> bool:
-        """Whether the values and the model are still only in the worker."""
+        """Whether the worker holds the values and the model (runs name the test), not yet loaded here."""
         return self.fetch is not None
 
     def load(self) -> Prepared:
-        """Bring the values and the model over from the worker (once): for a test that is kept,
-        or whose oracle needs the values."""
+        """Decode the values and the model the worker's reply brought (once): for a test that is
+        kept, or whose oracle needs the values."""
         if self.fetch is not None:
             fetch, self.fetch = self.fetch, None
             self.values, self.onnx = fetch()
@@ -210,7 +211,8 @@ def propose(
     prepared = Prepared(graph, seed, {}, oracle, None, msg.get("search"), ms, _hits(msg))
     if reply.msg is not None:
         prepared.test = request["test"]
-        prepared.fetch = lambda: fetch_blobs(worker, request["test"], settings.timeout_s)
+        values, onnx = msg.get("values") or {}, msg.get("onnx")
+        prepared.fetch = lambda: (decode_arrays(values), onnx)
     return Proposed(made_msg["index"], gen, prepared, _torch_failure(reply, "reference"))
 
 
@@ -230,14 +232,6 @@ def _gen_failure(reply: Reply, msg: dict[str, Any] | None) -> Proposed | None:
         error = InternalError.from_worker("generate", f"WorkerDied: the worker {how} while generating\n{reply.log}")
         return Proposed(error=error)
     return None
-
-
-def fetch_blobs(worker: WorkerHandle, test: int, timeout_s: float) -> tuple[dict[str, np.ndarray], bytes | None]:
-    """The values and model test `test`'s worker holds (none when the worker died answering)."""
-    reply = worker.call({"kind": "blobs", "test": test}, timeout_s)
-    if reply.msg is None:
-        return {}, None
-    return decode_arrays(reply.msg.get("values") or {}), reply.msg.get("onnx")
 
 
 def _hits(msg: dict[str, Any]) -> Hits | None:

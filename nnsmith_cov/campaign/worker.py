@@ -289,8 +289,10 @@ class Worker:
     def propose(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Generate a proposed test's graph (`generate`; or take the one `msg["made"]` carries,
         made ahead elsewhere), then search and export it as `prepare` does. The values and the
-        model stay here (`held`): the backend runs of the test name it, and the driver asks for
-        them (`blobs`) only for a test it keeps."""
+        model are held here too (`held`, also on disk): the backend runs of the test name it
+        rather than send them back, and a worker that replaces this one after a crash in a run
+        still has them. They go back in the reply as well, so that a test the driver keeps
+        costs no further round trip before the worker can take the next one."""
         self._drop_held()
         made = msg.get("made") or self.generate(msg)
         if made["kind"] != "made":
@@ -298,13 +300,8 @@ class Worker:
         # Announced before the search: a death there is a finding on this graph.
         self.emit({"kind": "generated", "index": made["index"], "record": made["record"], "graph": made["graph"]})
         reply = self.prepare({"graph": made["graph"], "seed": msg["seed"], "search": msg.get("search", {})})
-        self._hold({"test": msg["test"], "values": reply.pop("values"), "onnx": reply.pop("onnx")})
+        self._hold({"test": msg["test"], "values": reply["values"], "onnx": reply["onnx"]})
         return reply
-
-    def blobs(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """The held test's values and model, for a test the driver keeps."""
-        held = self._held(msg["test"])
-        return {"kind": "blobs", "values": held["values"], "onnx": held["onnx"]}
 
     def _hold(self, held: dict[str, Any]) -> None:
         import msgpack
@@ -487,7 +484,6 @@ def serve(
         "prepare": worker.prepare,
         "propose": worker.propose,
         "generate": worker.generate,
-        "blobs": worker.blobs,
         "export": worker.export,
         "run": worker.run,
         "universe": worker.universe,
