@@ -17,6 +17,7 @@ import numpy as np
 from nnsmith_cov import __version__
 from nnsmith_cov.abstract.op import export_forms
 from nnsmith_cov.campaign.ahead import Generator, Pending
+from nnsmith_cov.campaign.commits import Committer
 from nnsmith_cov.campaign.fuzz_config import FuzzConfig
 from nnsmith_cov.campaign.internal import Breaker, BreakerTripped, InternalError, gen_config_json
 from nnsmith_cov.campaign.ledger import Event, Finished, Ledger
@@ -91,6 +92,10 @@ class Fuzzer:
         # Per worker with a generator (id), its last test's `_finish` itself, deferred so that the
         # worker takes the test made ahead at once (see `_run_test`).
         self._unfinished: dict[int, Callable[[], None]] = {}
+        self._committer = Committer(self.lock)  # deferred commits, run beside the loop (`_beside`)
+        # Signatures filed so far, as of each test's `_finish` (not its commit, which runs when
+        # its thread gets to it): what a test's run reads to skip a known crash's O0 rerun.
+        self._filed: set[str] | None = None
         # Per worker (id), the generator that makes its next test's graph ahead (`campaign.ahead`).
         self.generators: dict[int, Generator] = {}
         self._stop = threading.Event()  # `run_workers`' stop: no test is taken ahead once it is set
@@ -175,11 +180,14 @@ class Fuzzer:
             self.probes.extend(graphs)
 
     def close(self) -> None:
-        for w in self.workers:
-            self.flush(w)
-        for g in self.generators.values():
-            g.close()
-        self.ledger.close()
+        try:
+            for w in self.workers:
+                self.flush(w)
+        finally:
+            self._committer.close()
+            for g in self.generators.values():
+                g.close()
+            self.ledger.close()
 
     def generate_ahead(self, worker: WorkerHandle, generator: Generator) -> None:
         """Have `generator` make `worker`'s next graph while `worker` runs its current test."""
@@ -229,11 +237,13 @@ class Fuzzer:
             return None
 
     def flush(self, worker: WorkerHandle) -> None:
-        """Run `worker`'s deferred finish and commit, if waiting (commits stay in test order)."""
+        """Run `worker`'s deferred finish and commit, if waiting, after the commits queued before
+        them (commits stay in test order); raises a queued commit's error."""
         self._apply(worker)
         self._commit(worker)
 
     def _commit(self, worker: WorkerHandle) -> None:
+        self._committer.drain()
         commit = self._pending.pop(id(worker), None)
         if commit is not None:
             commit()
@@ -249,10 +259,16 @@ class Fuzzer:
     def _beside(self, worker: WorkerHandle) -> None:
         """What runs once the worker has its next request: the previous test applied (so the
         proposal taken ahead now reads what it read when the test was applied before the
-        request), the next test taken ahead (`campaign.ahead`), then the previous test's commit."""
-        self._locked(self._apply, worker)
+        request), the next test taken ahead (`campaign.ahead`), and the previous test's commit
+        queued (`campaign.commits`: the worker's answer need not wait for it)."""
+        with self.lock:
+            self._committer.drain()  # a failed commit stops the campaign here
+            self._apply(worker)
         self._ahead(worker)
-        self._locked(self.flush, worker)
+        with self.lock:
+            commit = self._pending.pop(id(worker), None)
+        if commit is not None:
+            self._committer.put(commit)
 
     def _take(self, test: _Test) -> bool:
         """Number `test` as the campaign's next one (under the lock); False when the budget is spent."""
@@ -324,7 +340,7 @@ class Fuzzer:
             request = None if probe is not None else self._proposal(test)  # the worker makes the graph
         t0 = time.perf_counter()  # the test's cost, for the scheduler
         test.stage = "generate"
-        settings, known = self.cfg.settings, self.stats.signatures.__contains__
+        settings, known = self.cfg.settings, self._filed_signatures().__contains__
         if probe is not None:
             self._beside(worker)
             gen: Generated | None = _probe_test(probe, test.seed)
@@ -362,8 +378,7 @@ class Fuzzer:
                 except Exception as e:  # noqa: BLE001 - ours, on this test (not on the next one it runs beside)
                     self._internal(test, InternalError.from_exception("observe", e))
 
-            with self.lock:
-                self._unfinished[id(worker)] = finish
+            self._unfinished[id(worker)] = finish  # this thread's own key: read under the lock by `_apply`
             return result
         with self.lock:
             commit = self._finish(test, gen, result, seconds)
@@ -372,6 +387,14 @@ class Fuzzer:
             else:
                 commit()
         return result
+
+    def _filed_signatures(self) -> set[str]:
+        """The signatures of the findings of the tests applied so far (and before a resume)."""
+        if self._filed is None:
+            with self.lock:
+                if self._filed is None:
+                    self._filed = set(self.stats.signatures)
+        return self._filed
 
     def _locked(self, fn: Callable[..., None], *args: Any) -> None:
         with self.lock:
@@ -461,6 +484,7 @@ class Fuzzer:
                 st.export_tests["roundtrip"] += 1
             # the ONNX form an op was exported in ("conv.form=1": the spec's FORMS[1]), once per test
             st.export_tests.update({f"{label}={value}" for label, value in gen.record.draws if label.endswith(".form")})
+        self._filed_signatures().update(f.signature for f in result.findings)
         novelty = self.ledger.fold(result.hits, result.flaky)
         test.folded = (result.hits, novelty) if result.hits is not None and novelty is not None else None
         # A grown graph's reward goes to every op it holds, inherited or new: coverage comes
