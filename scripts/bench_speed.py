@@ -11,6 +11,12 @@ stats.json.
     python scripts/bench_speed.py                          # 300 seeds, loops of 60 s
     python scripts/bench_speed.py --count 100 --time 30s --collectors none --workers 1 --gen-process on
     python scripts/bench_speed.py --no-loop                # generation only
+    python scripts/bench_speed.py --count 10 --collectors binary --workers 1 --gen-process auto --feedback off
+
+With `--feedback off` (plain NNSmith: every graph of `--nodes`) a seed runs the same tests
+whatever the loop's speed, so two versions compare test for test; with feedback on (a
+campaign's default under a collector) the scheduler's choices follow the tests' times and
+sizes, and a minute's rate moves by a fifth between runs of one version.
 
 On a shared machine run it with `nice` and compare only numbers taken side by side.
 """
@@ -68,14 +74,14 @@ def generation(count: int, nodes: int, seed0: int) -> None:
     print(f"bins kept: {kept}/{drawn} ({100 * kept / max(drawn, 1):.1f}%)")
 
 
-def loop(collector: str, workers: int, gen_process: str, duration: str, nodes: int, seed: int) -> None:
-    what = f"collector {collector:<6} {workers} worker(s), --gen-process {gen_process:<4}"
+def loop(collector: str, workers: int, gen_process: str, duration: str, nodes: int, seed: int, feedback: str) -> None:
+    what = f"collector {collector:<6} {workers} worker(s), --gen-process {gen_process:<4} --feedback {feedback:<3}"
     with tempfile.TemporaryDirectory(prefix="bench_speed_") as tmp:
         out = Path(tmp) / "run"
         cmd = [
             *(sys.executable, "-m", "nnsmith_cov.cli", "fuzz"),
             *("--backends", "ort", "--collector", collector, "--workers", str(workers)),
-            *("--gen-process", gen_process),
+            *("--gen-process", gen_process, "--feedback", feedback),
             *("--time", duration, "--nodes", str(nodes), "--seed", str(seed), "-o", str(out)),
         ]
         done = subprocess.run(cmd, capture_output=True, text=True)
@@ -104,6 +110,7 @@ def main() -> None:
     ap.add_argument(
         "--gen-process", nargs="+", default=["off", "auto"], choices=["auto", "on", "off"], help="as fuzz --gen-process"
     )
+    ap.add_argument("--feedback", default="on", choices=["on", "off"], help="as fuzz --feedback (none: always off)")
     ap.add_argument("--no-loop", action="store_true", help="time generation only")
     args = ap.parse_args()
     if args.count < 1 or args.nodes < 1 or any(w < 1 for w in args.workers):
@@ -115,7 +122,8 @@ def main() -> None:
     for collector in args.collectors:
         for workers in args.workers:
             for gen_process in args.gen_process:
-                loop(collector, workers, gen_process, args.time, args.nodes, args.seed)
+                feedback = args.feedback if collector != "none" else "off"
+                loop(collector, workers, gen_process, args.time, args.nodes, args.seed, feedback)
 
 
 if __name__ == "__main__":
