@@ -1,6 +1,6 @@
 """The commit thread (`campaign.commits`): commits run in the order queued, each under the
 campaign's lock; `drain` runs what is left on the caller's thread and raises a commit's
-error; after an error nothing more is committed."""
+error, once; after an error nothing more is committed."""
 
 from __future__ import annotations
 
@@ -52,7 +52,6 @@ def test_a_failed_commit_is_raised_by_drain_and_nothing_after_it_runs():
             committer.drain()
     assert done == ["before"]
     committer.put(lambda: done.append("later"))
-    with pytest.raises(OSError):
-        committer.drain()
+    committer.drain()  # raised once (the loop stopped on it): closing the campaign does not raise it again
     committer.close()
-    assert done == ["before"]
+    assert done == ["before"]  # the store that failed took nothing more

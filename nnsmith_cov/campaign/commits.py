@@ -9,8 +9,8 @@ status screen and the next proposal read); the loop only queues them.
 
 `drain` runs whatever is still queued on the caller's thread: before anything is written
 out of that order (an internal error's record, a generation failure, the last test), and to
-surface a commit's error there. After an error no further commit runs: a store that failed
-takes nothing more.
+surface a commit's error there (once: the loop stops on it, and closing the campaign does not
+raise it again). After an error no further commit runs: a store that failed takes nothing more.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ class Committer:
         self._queue: deque[Callable[[], None] | None] = deque()
         self._wake = threading.Semaphore(0)
         self._error: BaseException | None = None
+        self._raised = False  # the error goes up once; commits stay stopped after it
         self._thread: threading.Thread | None = None
 
     def put(self, commit: Callable[[], None]) -> None:
@@ -38,10 +39,11 @@ class Committer:
         self._wake.release()
 
     def drain(self) -> None:
-        """Run the commits still queued, here; raises the error a commit raised, if one did."""
+        """Run the commits still queued, here; raises the error a commit raised, once."""
         with self._lock:
             self._run_queued()
-            if self._error is not None:
+            if self._error is not None and not self._raised:
+                self._raised = True
                 raise self._error
 
     def close(self) -> None:

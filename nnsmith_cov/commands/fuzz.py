@@ -61,7 +61,9 @@ def main(args: argparse.Namespace) -> int:
     try:
         interrupted = campaign.run(args.status_every)
     finally:
-        _close(fuzzer, [first, *more])
+        closing = _close(fuzzer, [first, *more])
+    if closing is not None and not campaign.failure:  # the last commits failed as the campaign closed
+        campaign.failure.append(closing)
     return _finish(args, fuzzer, campaign.failure, interrupted)
 
 
@@ -360,14 +362,23 @@ class _Campaign:
                 pass
 
 
-def _close(fuzzer: Fuzzer, workers: list) -> None:
-    """Close the fuzzer, every worker and the Ray instance joined (if any)."""
+def _close(fuzzer: Fuzzer, workers: list) -> BaseException | None:
+    """Close the fuzzer, every worker and the Ray instance joined (if any), whatever the
+    fuzzer's close raises; returns that error when it is the corpus's, the disk's or the
+    breaker's (the last tests' commits), for `_finish` to report."""
     from nnsmith_cov.campaign.cluster import shutdown
+    from nnsmith_cov.campaign.internal import BreakerTripped
+    from nnsmith_cov.corpus.records import CorpusError
 
-    fuzzer.close()
-    for w in workers:
-        w.close()
-    shutdown()
+    try:
+        fuzzer.close()
+    except (CorpusError, OSError, BreakerTripped) as e:
+        return e
+    finally:
+        for w in workers:
+            w.close()
+        shutdown()
+    return None
 
 
 def _finish(args: argparse.Namespace, fuzzer: Fuzzer, failure: list[BaseException], interrupted: bool) -> int:
