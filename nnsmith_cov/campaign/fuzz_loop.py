@@ -240,9 +240,10 @@ class Fuzzer:
         """Run `worker`'s deferred finish and commit, if waiting, after the commits queued before
         them (commits stay in test order); raises a queued commit's error."""
         self._apply(worker)
-        self._commit(worker)
+        self._commit_waiting(worker)
 
-    def _commit(self, worker: WorkerHandle) -> None:
+    def _commit_waiting(self, worker: WorkerHandle) -> None:
+        """The queued commits, then `worker`'s waiting one (test order)."""
         self._committer.drain()
         commit = self._pending.pop(id(worker), None)
         if commit is not None:
@@ -253,7 +254,7 @@ class Fuzzer:
         commit is then the one waiting (a commit still waiting from the test before goes first)."""
         finish = self._unfinished.pop(id(worker), None)
         if finish is not None:
-            self._commit(worker)
+            self._commit_waiting(worker)
             finish()
 
     def _beside(self, worker: WorkerHandle) -> None:
