@@ -4,7 +4,7 @@
 Generation is timed in-process over `--count` seeds with the full op set and binning on;
 next to the times it prints the deterministic cost (Z3 checks and Z3 work units per
 graph), which does not move with the machine's load. The loop runs `nnsmith-cov fuzz
---backends ort` for `--time` per setting (each collector, each worker count, each
+--backends ort` (or `--backends tvm`) for `--time` per setting (each collector, each worker count, each
 `--gen-process`) into a throw-away folder and reads tests and elapsed seconds from its
 stats.json.
 
@@ -12,6 +12,7 @@ stats.json.
     python scripts/bench_speed.py --count 100 --time 30s --collectors none --workers 1 --gen-process on
     python scripts/bench_speed.py --no-loop                # generation only
     python scripts/bench_speed.py --count 10 --collectors binary --workers 1 --gen-process auto --feedback off
+    python scripts/bench_speed.py --count 10 --backends tvm --collectors none --workers 1 2 --gen-process off
 
 With `--feedback off` (plain NNSmith: every graph of `--nodes`) a seed runs the same tests
 whatever the loop's speed, so two versions compare test for test; with feedback on (a
@@ -74,13 +75,15 @@ def generation(count: int, nodes: int, seed0: int) -> None:
     print(f"bins kept: {kept}/{drawn} ({100 * kept / max(drawn, 1):.1f}%)")
 
 
-def loop(collector: str, workers: int, gen_process: str, duration: str, nodes: int, seed: int, feedback: str) -> None:
+def loop(
+    backend: str, collector: str, workers: int, gen_process: str, duration: str, nodes: int, seed: int, feedback: str
+) -> None:
     what = f"collector {collector:<6} {workers} worker(s), --gen-process {gen_process:<4} --feedback {feedback:<3}"
     with tempfile.TemporaryDirectory(prefix="bench_speed_") as tmp:
         out = Path(tmp) / "run"
         cmd = [
             *(sys.executable, "-m", "nnsmith_cov.cli", "fuzz"),
-            *("--backends", "ort", "--collector", collector, "--workers", str(workers)),
+            *("--backends", backend, "--collector", collector, "--workers", str(workers)),
             *("--gen-process", gen_process, "--feedback", feedback),
             *("--time", duration, "--nodes", str(nodes), "--seed", str(seed), "-o", str(out)),
         ]
@@ -88,13 +91,13 @@ def loop(collector: str, workers: int, gen_process: str, duration: str, nodes: i
         stats_file = out / "stats.json"
         if done.returncode != 0 or not stats_file.exists():
             tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-            print(f"ORT loop, {what}: failed ({tail[0]})")
+            print(f"{backend.upper()} loop, {what}: failed ({tail[0]})")
             return
         st = json.loads(stats_file.read_text())
         ahead = (out / "workers" / "g0.log").exists()
     rate = st["tests"] / max(st["elapsed_s"], 1e-9)
     print(
-        f"ORT loop, {what}: {rate:5.1f} tests/s ({st['tests']} tests in {st['elapsed_s']:.0f} s; "
+        f"{backend.upper()} loop, {what}: {rate:5.1f} tests/s ({st['tests']} tests in {st['elapsed_s']:.0f} s; "
         f"generator {'used' if ahead else 'not used'})"
     )
 
@@ -111,6 +114,7 @@ def main() -> None:
         "--gen-process", nargs="+", default=["off", "auto"], choices=["auto", "on", "off"], help="as fuzz --gen-process"
     )
     ap.add_argument("--feedback", default="on", choices=["on", "off"], help="as fuzz --feedback (none: always off)")
+    ap.add_argument("--backends", default="ort", choices=["ort", "tvm"], help="the loop's backend (default ort)")
     ap.add_argument("--no-loop", action="store_true", help="time generation only")
     args = ap.parse_args()
     if args.count < 1 or args.nodes < 1 or any(w < 1 for w in args.workers):
@@ -118,12 +122,12 @@ def main() -> None:
     generation(args.count, args.nodes, args.seed)
     if args.no_loop:
         return
-    print("== ORT loop (fuzz --backends ort)")
+    print(f"== {args.backends.upper()} loop (fuzz --backends {args.backends})")
     for collector in args.collectors:
         for workers in args.workers:
             for gen_process in args.gen_process:
                 feedback = args.feedback if collector != "none" else "off"
-                loop(collector, workers, gen_process, args.time, args.nodes, args.seed, feedback)
+                loop(args.backends, collector, workers, gen_process, args.time, args.nodes, args.seed, feedback)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from nnsmith_cov.gen.feasibility.layout import triangle
 from nnsmith_cov.gen.generator import GenConfig, GenerationError, generate
 from nnsmith_cov.gen.graph_ir import DEFAULT_OPSET
 from nnsmith_cov.gen.reach import BRIDGE_OP, backward_ranks, bridge_for
-from nnsmith_cov.gen.solver import BudgetSolver, _rlimit_count
+from nnsmith_cov.gen.solver import BudgetSolver, SolverTimeout, _rlimit_count
 from nnsmith_cov.ops import ALL_OPS
 
 BY_NAME = {o.name(): o for o in ALL_OPS}
@@ -104,6 +104,48 @@ def test_an_unsat_try_add_reports_its_core():
         assert s.last_core is not None and {0, 3} <= set(s.last_core)
         assert s.try_add([x >= 6, y >= 2, x <= 9]) and s.last_core is None
         assert not s.try_add([True, False]) and s.last_core == [1]
+
+
+def _holds(model: z3.ModelRef, cons: list) -> bool:
+    return all(z3.is_true(model.eval(c, model_completion=True)) for c in cons)
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_the_model_satisfies_everything_committed_whatever_the_last_check_said(lazy):
+    with fresh_context():
+        x, y = int_sym("x"), int_sym("y")
+        s = BudgetSolver(10_000, 0, 1_000_000, 10_000_000, lazy=lazy)
+        committed = [x >= 1, y >= 1, x * y <= 64]
+        assert s.try_add(committed)
+        assert s.try_add([x >= 5])
+        committed.append(x >= 5)
+        checks = s.checks
+        assert not s.try_add([y >= 20])  # unsat: Z3 holds no model now
+        m = s.model()
+        assert _holds(m, committed) and m.eval(y).as_long() < 20
+        # Lazy, the last sat check's model was never fetched: one more check solved the
+        # committed set again; eager, the kept model answered without one.
+        assert s.checks == checks + 1 + lazy
+        assert s.model() is m  # asked again, no further check
+
+
+def test_a_lazy_solver_told_to_keep_models_keeps_the_current_one():
+    with fresh_context():
+        x = int_sym("x")
+        s = BudgetSolver(10_000, 0, 1_000_000, 10_000_000, lazy=True)
+        assert s.try_add([x >= 3, x <= 9])
+        s.keep_models()  # fetched now, while Z3 still holds it
+        checks = s.checks
+        assert not s.try_add([x >= 10])
+        assert _holds(s.model(), [x >= 3, x <= 9]) and s.checks == checks + 1
+
+
+def test_a_solver_with_nothing_committed_has_no_model():
+    with fresh_context():
+        s = BudgetSolver(10_000, 0, 1_000_000, 10_000_000, lazy=True)
+        assert not s.try_add([False])
+        with pytest.raises(SolverTimeout):
+            s.model()
 
 
 def test_a_tiny_binning_budget_keeps_no_bin_and_the_same_ops():

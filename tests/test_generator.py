@@ -163,7 +163,7 @@ def test_solver_budget_gives_up_cleanly():
 def test_the_per_graph_solver_budget_is_work_not_time(monkeypatch):
     # A graph that runs out of Z3 work keeps what fit, the same graph however fast the
     # machine: here the clock is made to jump 10 s at every check.
-    cfg = GenConfig(nodes=30, ops=ALL_OPS, work_budget=300_000, timeout_ms=3_600_000)
+    cfg = GenConfig(nodes=30, ops=ALL_OPS, work_budget=150_000, timeout_ms=3_600_000)
     # The first seed whose graph stops short of 30 nodes (which one depends on the op library):
     # it stopped for want of work.
     first = next(g for g in (generate(cfg, s) for s in range(20)) if len(g.graph.insts) < 30)

@@ -480,7 +480,8 @@ def _generate(
     t0 = time.perf_counter()
     draw = ChoiceSource(seed, prefix, stream=stream, lenient=lenient, weights=cfg.draw_weights)
     record = GenRecord(seed=seed, stream=stream)
-    solver = BudgetSolver(cfg.timeout_ms, draw.derive_seed("z3.seed"), cfg.check_rlimit, cfg.work_budget)
+    # Lazy: no model is read until the insertions are done.
+    solver = BudgetSolver(cfg.timeout_ms, draw.derive_seed("z3.seed"), cfg.check_rlimit, cfg.work_budget, lazy=True)
     # The opset first, so that it follows its weights: drawn after the graph, among the opsets
     # all of its ops allow, it would mostly be the newest (one op of ~140 needing 18 is enough).
     opsets = sorted(set(cfg.opsets))
@@ -577,6 +578,7 @@ def _generate(
             else:
                 record.rejected[cls.name()] = record.rejected.get(cls.name(), 0) + 1
         record.insert_draws = len(draw.record)
+        solver.keep_models()
         if not b.nodes:
             raise GenerationError("no operator could be inserted")
         if cfg.binning and not solver.spent():
