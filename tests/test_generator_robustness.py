@@ -18,6 +18,7 @@ import z3
 from nnsmith_cov.abstract.choice import ChoiceSource, ReplayDivergence
 from nnsmith_cov.abstract.dtype import DType
 from nnsmith_cov.abstract.op import ATTR_LIMIT, AttrKind, Elementwise, OpSpec, same
+from nnsmith_cov.abstract.symbols import fresh_context
 from nnsmith_cov.baselines import generate_with
 from nnsmith_cov.baselines.instantiate import instantiate
 from nnsmith_cov.coverage.covmap import Novelty
@@ -118,7 +119,8 @@ class WideAttr(Elementwise):
 def test_baseline_instances_keep_attributes_within_the_limit(monkeypatch):
     wide = spy_wide_attrs(monkeypatch)
     for seed in range(4):
-        inst = instantiate(WideAttr, 0, ChoiceSource(seed), [DType.float32], [1], [None], soft=False)
+        with fresh_context():  # as the baselines call it: Z3's models depend on its context's history
+            inst = instantiate(WideAttr, 0, ChoiceSource(seed), [DType.float32], [1], [None], soft=False)
         assert inst is not None and inst.attrs["w"] <= 2
     assert wide  # Z3's first model was wide
 
