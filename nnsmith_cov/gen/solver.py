@@ -98,8 +98,8 @@ class BudgetSolver:
         limit = min(rlimit or self._rlimit, self._rlimit)
         params.set("rlimit", min(limit, self._work - self.used) if budgeted else limit)
         if left < _TIMER_BELOW_MS:
-            # Z3 starts a timer for every check that has a timeout (a tenth of a small check's
-            # time); far from the safety net the rlimit alone bounds a check.
+            # Z3 starts a timer for every check that has a timeout (about 0.07 ms each here, as
+            # long as a small check itself); far from the safety net the rlimit alone bounds a check.
             params.set("timeout", left)
         z3.Z3_solver_set_params(self._ctx, self._ptr, params.params)
         terms = (z3.Ast * len(extra))(*(c.as_ast() for c in extra))
