@@ -12,7 +12,9 @@ in the .json and .md also the headroom: the pool of branches any campaign reache
 and mode together, and the total ratio the first mode would have had it reached the whole pool;
 each mode's seeds compared with each other as the modes are, the ratios chance alone gives, and
 where each mode's unique branches came from: the corpus entries that first reached them, the
-largest of those finds, and the unique ratio without each side's five largest),
+largest of those finds, the unique ratio without each side's five largest, and how the tests
+that reached them were made: fresh, grown from a kept test or mutated, beside each origin's
+share of the corpus),
 coverage-time.png (every mode of every seed), and per seed `nnsmith-cov report`'s table and
 figures (seed-S/report).
 
@@ -49,7 +51,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -144,6 +146,7 @@ class Find:
     elapsed_s: float
     test: int
     status: str
+    origin: str = "fresh"  # how its graph was made: fresh, grown from an entry, or a mutation's kind
 
 
 @dataclass(frozen=True)
@@ -161,6 +164,9 @@ class Finds:
     tests: int  # corpus entries that first reached at least one unique branch
     largest: Find | None
     top: int
+    # per origin (`origin_of`): [corpus entries, unique branches they reached first]; whether
+    # mutants earn their share of the campaign's tests in what only this mode reached
+    origins: dict[str, list[int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -273,22 +279,44 @@ def seed_spread(per_seed: Mapping[int, Mapping[str, Run]]) -> list[SeedSpread]:
     return out
 
 
-def attribute(entries: Iterable[tuple[float, int, str, np.ndarray]], wanted: np.ndarray) -> list[Find]:
+Entry = tuple[float, int, str, str, np.ndarray]  # elapsed, test id, status, origin, branch indices
+
+
+def origin_of(parent: int | None, gen: Mapping[str, object]) -> str:
+    """How a kept test's graph was made: "fresh", "grow" (its parent's draws with more tries at
+    the end) or the kind of mutation of its parent's draws ("extend", ...)."""
+    mutation = gen.get("mutation")
+    if isinstance(mutation, dict) and isinstance(mutation.get("kind"), str):
+        return mutation["kind"]
+    return "fresh" if parent is None else "grow"
+
+
+def attribute(entries: Iterable[Entry], wanted: np.ndarray) -> list[Find]:
     """Each entry's share of the `wanted` branches (a boolean mask over the universe) that it
     reached first, entries taken in the order given (elapsed time); largest first."""
     wanted = wanted.copy()
     finds = []
-    for elapsed, test, status, index in entries:
+    for elapsed, test, status, origin, index in entries:
         index = index[index < len(wanted)]
         new = index[wanted[index]]
         if len(new):
             wanted[new] = False
-            finds.append(Find(len(new), elapsed, test, status))
+            finds.append(Find(len(new), elapsed, test, status, origin))
     return sorted(finds, key=lambda f: (-f.branches, f.elapsed_s))
 
 
-def first_finds(folder: Path, keys: frozenset[str]) -> list[Find]:
-    """The corpus entries of the campaign in `folder` that first reached the branches `keys`."""
+def by_origin(finds: Sequence[Find], entries: Mapping[str, int]) -> dict[str, list[int]]:
+    """Per origin, [corpus entries, unique branches first reached]; `entries` counts the campaign's
+    corpus entries by origin (an origin that found nothing unique still shows its entries)."""
+    out = {o: [n, 0] for o, n in sorted(entries.items())}
+    for f in finds:
+        out.setdefault(f.origin, [0, 0])[1] += f.branches
+    return out
+
+
+def first_finds(folder: Path, keys: frozenset[str]) -> tuple[list[Find], dict[str, int]]:
+    """The corpus entries of the campaign in `folder` that first reached the branches `keys`,
+    and how many corpus entries (tests kept with a bitmap) each origin made."""
     from nnsmith_cov.corpus.records import CorpusError
     from nnsmith_cov.corpus.store import CorpusStore
     from nnsmith_cov.coverage.universe import Universe
@@ -304,15 +332,20 @@ def first_finds(folder: Path, keys: frozenset[str]) -> list[Find]:
             wanted = np.zeros(len(universe), dtype=bool)
             for i in virgin.covered():
                 wanted[i] = universe.key(int(i)) in keys
-            order = sorted((r.elapsed_s, t, r.status) for t, r in store.entries(include_finding_only=True))
+            order = sorted(
+                (r.elapsed_s, t, r.status, origin_of(r.parent, r.gen))
+                for t, r in store.entries(include_finding_only=True)
+            )
+            kept: dict[str, int] = {}
 
-            def entries() -> Iterable[tuple[float, int, str, np.ndarray]]:
-                for elapsed, test, status in order:
+            def entries() -> Iterable[Entry]:
+                for elapsed, test, status, origin in order:
                     hits = store.hits(test)
                     if hits is not None:
-                        yield elapsed, test, status, hits.index.astype(np.int64)
+                        kept[origin] = kept.get(origin, 0) + 1
+                        yield elapsed, test, status, origin, hits.index.astype(np.int64)
 
-            return attribute(entries(), wanted)
+            return attribute(entries(), wanted), kept
     except (CorpusError, ValueError) as e:
         raise BenchError(f"{folder}: {e}") from None
 
@@ -321,9 +354,9 @@ def seed_finds(seed: int, runs: Mapping[str, Run], folders: Mapping[str, Path]) 
     """Per mode of one seed, where its unique branches came from."""
     out = []
     for mode, keys in unique_sets(runs).items():
-        finds = first_finds(folders[mode], keys) if keys else []
+        finds, kept = first_finds(folders[mode], keys)
         top = sum(f.branches for f in finds[:TOP])
-        out.append(Finds(seed, mode, len(keys), len(finds), finds[0] if finds else None, top))
+        out.append(Finds(seed, mode, len(keys), len(finds), finds[0] if finds else None, top, by_origin(finds, kept)))
     return out
 
 
@@ -428,6 +461,21 @@ def finds_table(finds: Sequence[Finds], trims: Sequence[Trimmed]) -> str:
     return "\n".join(lines)
 
 
+def _share(part: int, whole: int) -> str:
+    return f"{part} ({part / whole:.0%})" if whole else str(part)
+
+
+def origins_table(finds: Sequence[Finds]) -> str:
+    """Per mode, how its corpus entries were made and which of them first reached its unique branches."""
+    body = []
+    for f in finds:
+        entries = sum(n for n, _ in f.origins.values())
+        for origin, (n, unique) in f.origins.items():
+            body.append([f.seed, f.mode, origin, _share(n, entries), _share(unique, f.unique)])
+    header = ["seed", "mode", "origin", "corpus entries", "unique branches it reached first"]
+    return "\n".join(_markdown(header, body)) if body else ""
+
+
 @dataclass(frozen=True)
 class Yardsticks:
     """What the ratios are measured against: the headroom, the seed spread, the unique branches' finds."""
@@ -446,6 +494,8 @@ def summary_md(rows: Sequence[Ratio], sticks: Yardsticks = Yardsticks()) -> str:
         parts += ["## Seeds of one mode against each other", spread_table(sticks.spread)]
     if sticks.finds:
         parts += ["## Where the unique branches came from", finds_table(sticks.finds, sticks.trims)]
+        if any(f.origins for f in sticks.finds):
+            parts += ["## The origins of the tests that reached them", origins_table(sticks.finds)]
     return "\n\n".join(parts)
 
 

@@ -97,18 +97,26 @@ def test_headroom_pools_every_campaign_and_seeds_of_one_mode_are_compared(bench,
 def test_unique_branches_are_credited_to_the_entry_that_first_reached_them(bench, tmp_path):
     wanted = np.zeros(10, dtype=bool)
     wanted[[1, 2, 3, 4, 5, 6]] = True
-    entries = [  # (elapsed, test, status, branch indices), in the order the campaign found them
-        (1.0, 0, "pass", np.array([0, 1, 2, 3, 4])),  # first to reach 1-4
-        (2.0, 3, "finding", np.array([1, 2, 5, 12])),  # 1 and 2 are 0's already; 12 lies outside the map
-        (3.0, 5, "pass", np.array([0, 7])),  # nothing wanted
-        (4.0, 6, "pass", np.array([5, 6])),  # 5 is 3's
+    entries = [  # (elapsed, test, status, origin, branch indices), in the order the campaign found them
+        (1.0, 0, "pass", "fresh", np.array([0, 1, 2, 3, 4])),  # first to reach 1-4
+        (2.0, 3, "finding", "extend", np.array([1, 2, 5, 12])),  # 1 and 2 are 0's already; 12 lies outside the map
+        (3.0, 5, "pass", "grow", np.array([0, 7])),  # nothing wanted
+        (4.0, 6, "pass", "fresh", np.array([5, 6])),  # 5 is 3's
     ]
     finds = bench.attribute(entries, wanted)
     assert [(f.test, f.branches, f.status) for f in finds] == [(0, 4, "pass"), (3, 1, "finding"), (6, 1, "pass")]
     assert wanted.sum() == 6  # the caller's mask is left as it was
+    # per origin: corpus entries (as the campaign counted them) and the unique branches first reached
+    origins = bench.by_origin(finds, {"fresh": 2, "extend": 1, "grow": 1})
+    assert origins == {"extend": [1, 1], "fresh": [2, 5], "grow": [1, 0]}
+    assert bench.origin_of(None, {}) == "fresh" and bench.origin_of(4, {"mutation": None}) == "grow"
+    assert bench.origin_of(4, {"mutation": {"kind": "extend", "at": 3}}) == "extend"
     big = bench.Find(900, 12.0, 7, "finding")
     small = [bench.Find(10, 20.0 + i, 8 + i, "pass") for i in range(6)]
-    finds = [bench.Finds(1, "on", 300, 30, small[0], 50), bench.Finds(1, "off-var", 1000, 20, big, 960)]
+    finds = [
+        bench.Finds(1, "on", 300, 30, small[0], 50, {"extend": [20, 120], "fresh": [60, 180]}),
+        bench.Finds(1, "off-var", 1000, 20, big, 960, {"fresh": [90, 1000]}),
+    ]
     (trim,) = bench.trimmed(finds, "on")
     # 300 / 1000 unique (0.30x); without each side's 5 largest finds 250 / 40 (6.25x)
     assert (trim.first_rest, trim.other_rest) == (250, 40) and trim.unique == pytest.approx(6.25)
@@ -119,8 +127,11 @@ def test_unique_branches_are_credited_to_the_entry_that_first_reached_them(bench
     md = (tmp_path / "summary.md").read_text()
     assert "| 1 | off-var | 1000 | 20 | 900 (test 7 at 12 s, finding) | 960 |" in md
     assert "| 1 | on / off-var | 6.25x | 250 / 40 |" in md
+    assert "| 1 | on | extend | 20 (25%) | 120 (40%) |" in md
+    assert "| 1 | off-var | fresh | 90 (100%) | 1000 (100%) |" in md
     data = json.loads((tmp_path / "summary.json").read_text())
     assert data["finds"][1]["largest"]["test"] == 7 and data["trimmed_unique"][0]["unique"] == 6.25
+    assert data["finds"][0]["origins"] == {"extend": [20, 120], "fresh": [60, 180]}
 
 
 def test_tables_list_each_seed_and_the_geometric_mean(bench, tmp_path):
@@ -158,6 +169,9 @@ def test_two_tiny_campaigns_run_in_parallel_and_are_reported(bench, tmp_path, mo
     assert {m: f["unique"] for m, f in finds.items()} == unique
     for f in finds.values():
         assert (f["tests"] > 0) == (f["unique"] > 0) and f["top"] <= f["unique"]
+        # every corpus entry has one origin, and the unique branches are split among them
+        assert sum(u for _, u in f["origins"].values()) == f["unique"] and sum(n for n, _ in f["origins"].values()) > 0
+        assert f["mode"] == "on" or set(f["origins"]) == {"fresh"}  # off-var never grows or mutates
         assert f["largest"] is None or f["largest"]["branches"] <= f["top"]
     for name in ("summary.md", "summary.csv", "summary.json", "coverage-time.png"):
         assert (out / name).stat().st_size > 0, name
