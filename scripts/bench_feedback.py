@@ -164,8 +164,8 @@ class Finds:
     tests: int  # corpus entries that first reached at least one unique branch
     largest: Find | None
     top: int
-    # per origin (`origin_of`): [corpus entries, unique branches they reached first]; whether
-    # mutants earn their share of the campaign's tests in what only this mode reached
+    # per origin (`origin_of`): [tests run, corpus entries, unique branches they reached first];
+    # whether mutants earn their share of the campaign's tests in what only this mode reached
     origins: dict[str, list[int]] = field(default_factory=dict)
 
 
@@ -305,18 +305,27 @@ def attribute(entries: Iterable[Entry], wanted: np.ndarray) -> list[Find]:
     return sorted(finds, key=lambda f: (-f.branches, f.elapsed_s))
 
 
-def by_origin(finds: Sequence[Find], entries: Mapping[str, int]) -> dict[str, list[int]]:
-    """Per origin, [corpus entries, unique branches first reached]; `entries` counts the campaign's
-    corpus entries by origin (an origin that found nothing unique still shows its entries)."""
-    out = {o: [n, 0] for o, n in sorted(entries.items())}
+def by_origin(finds: Sequence[Find], counts: Mapping[str, Sequence[int]]) -> dict[str, list[int]]:
+    """Per origin, [tests run, corpus entries, unique branches first reached]; `counts` gives the
+    campaign's tests and corpus entries by origin (an origin that found nothing unique still shows)."""
+    out = {o: [int(c[0]), int(c[1]), 0] for o, c in sorted(counts.items())}
     for f in finds:
-        out.setdefault(f.origin, [0, 0])[1] += f.branches
+        out.setdefault(f.origin, [0, 0, 0])[2] += f.branches
     return out
 
 
-def first_finds(folder: Path, keys: frozenset[str]) -> tuple[list[Find], dict[str, int]]:
+def tests_by_origin(tests_run: int, children: object) -> dict[str, int]:
+    """The campaign's tests per origin: the scheduler's children per arm (`Scheduler.children`:
+    arm -> [tried, with new coverage]), the rest fresh; all fresh without that record."""
+    tried = {}
+    if isinstance(children, dict):
+        tried = {str(a): int(c[0]) for a, c in children.items() if isinstance(c, list) and c and int(c[0]) > 0}
+    return {"fresh": max(0, tests_run - sum(tried.values()))} | tried
+
+
+def first_finds(folder: Path, keys: frozenset[str]) -> tuple[list[Find], dict[str, list[int]]]:
     """The corpus entries of the campaign in `folder` that first reached the branches `keys`,
-    and how many corpus entries (tests kept with a bitmap) each origin made."""
+    and per origin [tests run, corpus entries (tests kept with a bitmap)]."""
     from nnsmith_cov.corpus.records import CorpusError
     from nnsmith_cov.corpus.store import CorpusStore
     from nnsmith_cov.coverage.universe import Universe
@@ -336,16 +345,17 @@ def first_finds(folder: Path, keys: frozenset[str]) -> tuple[list[Find], dict[st
                 (r.elapsed_s, t, r.status, origin_of(r.parent, r.gen))
                 for t, r in store.entries(include_finding_only=True)
             )
-            kept: dict[str, int] = {}
+            state = store.scheduler_state() or {}
+            counts = {o: [n, 0] for o, n in tests_by_origin(store.counters().tests_run, state.get("children")).items()}
 
             def entries() -> Iterable[Entry]:
                 for elapsed, test, status, origin in order:
                     hits = store.hits(test)
                     if hits is not None:
-                        kept[origin] = kept.get(origin, 0) + 1
+                        counts.setdefault(origin, [0, 0])[1] += 1
                         yield elapsed, test, status, origin, hits.index.astype(np.int64)
 
-            return attribute(entries(), wanted), kept
+            return attribute(entries(), wanted), counts
     except (CorpusError, ValueError) as e:
         raise BenchError(f"{folder}: {e}") from None
 
@@ -354,9 +364,9 @@ def seed_finds(seed: int, runs: Mapping[str, Run], folders: Mapping[str, Path]) 
     """Per mode of one seed, where its unique branches came from."""
     out = []
     for mode, keys in unique_sets(runs).items():
-        finds, kept = first_finds(folders[mode], keys)
+        finds, counts = first_finds(folders[mode], keys)
         top = sum(f.branches for f in finds[:TOP])
-        out.append(Finds(seed, mode, len(keys), len(finds), finds[0] if finds else None, top, by_origin(finds, kept)))
+        out.append(Finds(seed, mode, len(keys), len(finds), finds[0] if finds else None, top, by_origin(finds, counts)))
     return out
 
 
@@ -469,10 +479,10 @@ def origins_table(finds: Sequence[Finds]) -> str:
     """Per mode, how its corpus entries were made and which of them first reached its unique branches."""
     body = []
     for f in finds:
-        entries = sum(n for n, _ in f.origins.values())
-        for origin, (n, unique) in f.origins.items():
-            body.append([f.seed, f.mode, origin, _share(n, entries), _share(unique, f.unique)])
-    header = ["seed", "mode", "origin", "corpus entries", "unique branches it reached first"]
+        tests, entries = (sum(c[i] for c in f.origins.values()) for i in (0, 1))
+        for origin, (ran, kept, unique) in f.origins.items():
+            body.append([f.seed, f.mode, origin, _share(ran, tests), _share(kept, entries), _share(unique, f.unique)])
+    header = ["seed", "mode", "origin", "tests", "corpus entries", "unique branches it reached first"]
     return "\n".join(_markdown(header, body)) if body else ""
 
 

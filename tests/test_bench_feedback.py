@@ -107,15 +107,19 @@ def test_unique_branches_are_credited_to_the_entry_that_first_reached_them(bench
     assert [(f.test, f.branches, f.status) for f in finds] == [(0, 4, "pass"), (3, 1, "finding"), (6, 1, "pass")]
     assert wanted.sum() == 6  # the caller's mask is left as it was
     # per origin: corpus entries (as the campaign counted them) and the unique branches first reached
-    origins = bench.by_origin(finds, {"fresh": 2, "extend": 1, "grow": 1})
-    assert origins == {"extend": [1, 1], "fresh": [2, 5], "grow": [1, 0]}
+    # tests per origin: the scheduler's children per arm, the rest fresh
+    ran = bench.tests_by_origin(10, {"grow": [3, 2], "extend": [1, 1], "attr": [0, 0]})
+    assert ran == {"fresh": 6, "grow": 3, "extend": 1} and bench.tests_by_origin(4, None) == {"fresh": 4}
+    counts = {o: [n, {"fresh": 2, "extend": 1, "grow": 1}[o]] for o, n in ran.items()}
+    origins = bench.by_origin(finds, counts)
+    assert origins == {"extend": [1, 1, 1], "fresh": [6, 2, 5], "grow": [3, 1, 0]}
     assert bench.origin_of(None, {}) == "fresh" and bench.origin_of(4, {"mutation": None}) == "grow"
     assert bench.origin_of(4, {"mutation": {"kind": "extend", "at": 3}}) == "extend"
     big = bench.Find(900, 12.0, 7, "finding")
     small = [bench.Find(10, 20.0 + i, 8 + i, "pass") for i in range(6)]
     finds = [
-        bench.Finds(1, "on", 300, 30, small[0], 50, {"extend": [20, 120], "fresh": [60, 180]}),
-        bench.Finds(1, "off-var", 1000, 20, big, 960, {"fresh": [90, 1000]}),
+        bench.Finds(1, "on", 300, 30, small[0], 50, {"extend": [30, 20, 120], "fresh": [90, 60, 180]}),
+        bench.Finds(1, "off-var", 1000, 20, big, 960, {"fresh": [120, 90, 1000]}),
     ]
     (trim,) = bench.trimmed(finds, "on")
     # 300 / 1000 unique (0.30x); without each side's 5 largest finds 250 / 40 (6.25x)
@@ -127,11 +131,11 @@ def test_unique_branches_are_credited_to_the_entry_that_first_reached_them(bench
     md = (tmp_path / "summary.md").read_text()
     assert "| 1 | off-var | 1000 | 20 | 900 (test 7 at 12 s, finding) | 960 |" in md
     assert "| 1 | on / off-var | 6.25x | 250 / 40 |" in md
-    assert "| 1 | on | extend | 20 (25%) | 120 (40%) |" in md
-    assert "| 1 | off-var | fresh | 90 (100%) | 1000 (100%) |" in md
+    assert "| 1 | on | extend | 30 (25%) | 20 (25%) | 120 (40%) |" in md
+    assert "| 1 | off-var | fresh | 120 (100%) | 90 (100%) | 1000 (100%) |" in md
     data = json.loads((tmp_path / "summary.json").read_text())
     assert data["finds"][1]["largest"]["test"] == 7 and data["trimmed_unique"][0]["unique"] == 6.25
-    assert data["finds"][0]["origins"] == {"extend": [20, 120], "fresh": [60, 180]}
+    assert data["finds"][0]["origins"] == {"extend": [30, 20, 120], "fresh": [90, 60, 180]}
 
 
 def test_tables_list_each_seed_and_the_geometric_mean(bench, tmp_path):
@@ -170,7 +174,8 @@ def test_two_tiny_campaigns_run_in_parallel_and_are_reported(bench, tmp_path, mo
     for f in finds.values():
         assert (f["tests"] > 0) == (f["unique"] > 0) and f["top"] <= f["unique"]
         # every corpus entry has one origin, and the unique branches are split among them
-        assert sum(u for _, u in f["origins"].values()) == f["unique"] and sum(n for n, _ in f["origins"].values()) > 0
+        assert sum(u for _, _, u in f["origins"].values()) == f["unique"]
+        assert sum(t for t, _, _ in f["origins"].values()) == 6 and sum(n for _, n, _ in f["origins"].values()) > 0
         assert f["mode"] == "on" or set(f["origins"]) == {"fresh"}  # off-var never grows or mutates
         assert f["largest"] is None or f["largest"]["branches"] <= f["top"]
     for name in ("summary.md", "summary.csv", "summary.json", "coverage-time.png"):
