@@ -106,8 +106,8 @@ def test_unique_branches_are_credited_to_the_entry_that_first_reached_them(bench
     finds = bench.attribute(entries, wanted)
     assert [(f.test, f.branches, f.status) for f in finds] == [(0, 4, "pass"), (3, 1, "finding"), (6, 1, "pass")]
     assert wanted.sum() == 6  # the caller's mask is left as it was
-    # per origin: corpus entries (as the campaign counted them) and the unique branches first reached
-    # tests per origin: the scheduler's children per arm, the rest fresh
+    # tests per origin: the scheduler's children per arm, the rest fresh; then per origin [tests,
+    # corpus entries, unique branches first reached]
     ran = bench.tests_by_origin(10, {"grow": [3, 2], "extend": [1, 1], "attr": [0, 0]})
     assert ran == {"fresh": 6, "grow": 3, "extend": 1} and bench.tests_by_origin(4, None) == {"fresh": 4}
     counts = {o: [n, {"fresh": 2, "extend": 1, "grow": 1}[o]] for o, n in ran.items()}
