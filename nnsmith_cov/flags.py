@@ -431,6 +431,16 @@ FLAGS: tuple[Flag, ...] = (
         60.0,
         unit="s",
     ),
+    Flag(
+        ("--coverage-timeout",),
+        "the limit of a backend run under a collector: auto (the default) calibrates it from the campaign's"
+        " runs (3x the slowest recent one, 10 s to --timeout-s), full gives each run --timeout-s; a run past it"
+        " is re-run natively with --timeout-s, so hangs and findings are judged alike",
+        on("fuzz"),
+        choices=("auto", "full"),
+        default="auto",
+        on_resume=True,
+    ),
     Flag(("--no-localize",), "do not re-run failures at O0", on("fuzz", "replay")),
     Flag(
         ("--support-cache",),

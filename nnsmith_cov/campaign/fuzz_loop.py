@@ -23,6 +23,7 @@ from nnsmith_cov.campaign.internal import Breaker, BreakerTripped, InternalError
 from nnsmith_cov.campaign.ledger import Event, Finished, Ledger
 from nnsmith_cov.campaign.proposal import FRESH, call_json, config_json
 from nnsmith_cov.campaign.run_dir import RUN_SCHEMA, RunDir
+from nnsmith_cov.campaign.run_limit import RunLimits
 from nnsmith_cov.campaign.run_stats import RunStats
 from nnsmith_cov.campaign.testcase import CaseResult, Proposed, prepare, propose, run_prepared
 from nnsmith_cov.campaign.unsupported import SupportLearner
@@ -75,6 +76,8 @@ class Fuzzer:
         self.breaker = Breaker()
         # What backends refuse at the opsets the campaign exports at, learned as tests meet it.
         self.support = SupportLearner(cfg.gen.ops, cfg.settings.backends, cfg.settings.timeout_s)
+        # Under a collector, each backend run's limit, calibrated from the campaign's runs.
+        self.run_limits = RunLimits()
         self.versions: dict[str, str] = {"nnsmith-cov": __version__}
         self.universe: Universe | None = None
         self.use_corpus = corpus
@@ -362,7 +365,8 @@ class Fuzzer:
         test.graph = gen.graph
         test.stage = "test"  # the oracle runs here; the worker's own errors come back as WorkerFault
         # Read without the lock: a signature filed meanwhile only costs one more O0 run.
-        result = run_prepared(worker, settings, prep, known)  # type: ignore[arg-type]
+        result = run_prepared(worker, settings, prep, known, self.run_limits)  # type: ignore[arg-type]
+        self.stats.run_limits = self.run_limits.limits(settings.timeout_s)
         if result.unsupported:
             self._learn(worker, gen.graph, result)
         test.stage = "observe"

@@ -20,6 +20,8 @@ class RunStats:
     passed: int = 0
     no_values: int = 0  # value search found no NaN/Inf-free values: not tested
     slow: int = 0  # backend runs that timed out under the collector but finished natively
+    # per backend, the limit of a run under the collector (`campaign.run_limit`), this process
+    run_limits: dict[str, float] = field(default_factory=dict)
     gen_failed: int = 0
     infeasible: int = 0  # graphs the generator dropped as proven to have no NaN/Inf-free values
     internal_errors: int = 0  # tests ended by an exception of nnsmith-cov's own code
@@ -115,6 +117,7 @@ class RunStats:
             "passed": self.passed,
             "no_values": self.no_values,
             "slow_under_coverage": self.slow,
+            "coverage_run_limit_s": {k: round(v, 1) for k, v in sorted(self.run_limits.items())},
             "generation_failed": self.gen_failed,
             "infeasible_dropped": self.infeasible,
             "internal_errors": self.internal_errors,

@@ -153,9 +153,15 @@ def result_rows(st: RunStats, now: float, max_tests: int | None = None) -> list[
         ["tests/s", f"{recent_rate(st, now):.2f} (1 min), {overall_rate(st, now):.2f} all"],
         ["restarts", f"{st.restarts}, internal errors {st.internal_errors}"],
         *([["slow", f"{st.slow} runs timed out only under coverage"]] if st.slow else []),
+        *([["run limit", _run_limits(st)]] if st.run_limits else []),
         ["disk", _disk(st)],
         ["memory", _memory(st)],
     ]
+
+
+def _run_limits(st: RunStats) -> str:
+    """Each backend's limit under the collector (`campaign.run_limit`)."""
+    return ", ".join(f"{b} {s:.0f} s" for b, s in sorted(st.run_limits.items()))
 
 
 def _disk(st: RunStats) -> str:

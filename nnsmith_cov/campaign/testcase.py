@@ -11,6 +11,7 @@ import numpy as np
 
 from nnsmith_cov.campaign.internal import InternalError, project_frames
 from nnsmith_cov.campaign.protocol import decode_arrays, encode_arrays
+from nnsmith_cov.campaign.run_limit import RunLimits
 from nnsmith_cov.campaign.worker_handle import Reply, WorkerHandle
 from nnsmith_cov.coverage.covmap import Hits
 from nnsmith_cov.gen.generator import Generated
@@ -366,6 +367,7 @@ def run_prepared(
     settings: CaseSettings,
     prep: Callable[[], tuple[Prepared, Finding | None]],
     known: Known | None = None,
+    limits: RunLimits | None = None,
 ) -> CaseResult:
     """`prep` (`prepare`, or `export_stored` for a replay), then `run_backends` unless it
     ended in a finding or without values."""
@@ -381,11 +383,15 @@ def run_prepared(
     if prepared.oracle is None:
         result.status = "no-values"
         return result
-    return run_backends(worker, result, settings, known)
+    return run_backends(worker, result, settings, known, limits)
 
 
 def run_backends(
-    worker: WorkerHandle, result: CaseResult, settings: CaseSettings, known: Known | None = None
+    worker: WorkerHandle,
+    result: CaseResult,
+    settings: CaseSettings,
+    known: Known | None = None,
+    limits: RunLimits | None = None,
 ) -> CaseResult:
     """Each backend at OPT on a prepared test (and at O0 when OPT fails), judged by its oracle.
 
@@ -395,15 +401,24 @@ def run_backends(
     parser: the fault is theirs), nor for a
     signature `known` already (its first occurrence was localized; a campaign's crashes
     repeat by the hundred and each O0 build costs as much as the test).
+
+    With `limits`, a run under a collector gets the backend's calibrated limit, not the whole
+    `timeout_s` (`campaign.run_limit`); past it, it is re-run natively as any timeout under
+    a collector is.
     """
     prepared, ms = result.prepared, result.ms
     assert prepared is not None and prepared.oracle is not None
+    covered = bool(getattr(worker, "collector", ""))
+    limits = limits if covered else None
     for backend in settings.backends:
-        reply = run_backend(worker, prepared, backend, "opt", settings.timeout_s)
+        limit = settings.timeout_s if limits is None else limits.limit(backend, settings.timeout_s)
+        reply = run_backend(worker, prepared, backend, "opt", limit)
+        if limits is not None and reply.msg is not None:
+            limits.record(backend, reply.elapsed_ms / 1e3)
         result.add_run(backend, reply)
         t1 = time.perf_counter()
         finding = judge(prepared, backend, "opt", reply, settings)
-        if finding is not None and finding.symptom == "hang" and getattr(worker, "collector", ""):
+        if finding is not None and finding.symptom == "hang" and covered:
             finding = confirmed_hang(worker, prepared, backend, settings, result)
         ms[f"{backend}.compare"] = (time.perf_counter() - t1) * 1e3
         if finding is None:

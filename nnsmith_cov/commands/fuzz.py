@@ -181,6 +181,7 @@ def _started_fuzzer(
         kind = _tzer_fuzzer() if args.generator == "tzer" else Fuzzer  # Tzer's tests are TIR functions
         fuzzer = kind(fuzz_cfg, run, worker, lambda ev: print_event(console, ev), corpus=True)
         fuzzer.ledger.max_corpus_bytes = args.max_corpus_mb << 20  # the disk budget (corpus/budget.py)
+        fuzzer.run_limits.calibrate = args.coverage_timeout == "auto"
         if not args.no_support:  # refusals learned go back to the probe's cache for the next campaign
             from nnsmith_cov.campaign.op_support import default_cache_dir
 
