@@ -281,6 +281,7 @@ def test_resume_takes_the_rows_marked_for_it():
         "recycle_after",
         "worker_max_rss_mb",
         "gen_process",
+        "coverage_timeout",
     }
     given = given_flags(
         ["fuzz", "--resume", "x", "--time", "5m", "--workers", "2", "--plugin", "a:B", "--no-su"], "fuzz"
