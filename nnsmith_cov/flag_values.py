@@ -13,6 +13,7 @@ from typing import Any
 # solver holds every constraint): 100 operators take ~2 s here, 200 ~15 s, and 400 spend
 # the default solver budget; past that a campaign would run for minutes without a test.
 MAX_NODES = 200
+MAX_GROWN = 4 * MAX_NODES  # --grow-max: the default for the largest --nodes
 
 # Duration suffixes a value may carry; a bare number is seconds.
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -55,12 +56,21 @@ def share(text: str) -> float:
 
 def nodes(text: str) -> int:
     """--nodes: an integer in 1..MAX_NODES."""
+    return _int_in(text, MAX_NODES)
+
+
+def grow_max(text: str) -> int:
+    """--grow-max: an integer in 1..MAX_GROWN."""
+    return _int_in(text, MAX_GROWN)
+
+
+def _int_in(text: str, top: int) -> int:
     try:
         n = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if not 1 <= n <= MAX_NODES:
-        raise argparse.ArgumentTypeError(f"must be in 1..{MAX_NODES}: {text}")
+    if not 1 <= n <= top:
+        raise argparse.ArgumentTypeError(f"must be in 1..{top}: {text}")
     return n
 
 

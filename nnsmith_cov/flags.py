@@ -296,6 +296,14 @@ FLAGS: tuple[Flag, ...] = (
         choices=("on", "off"),
     ),
     Flag(
+        ("--grow-max",),
+        "with feedback, the most operators a graph grown or mutated from a kept test may hold "
+        "(default 4 x --nodes; AFL++'s -G, libFuzzer's -max_len)",
+        on("fuzz"),
+        v.grow_max,
+        metavar="N",
+    ),
+    Flag(
         ("--vary-size",),
         "with --feedback off, draw each graph's size uniformly among the sizes feedback chooses "
         "from (the off-var ablation: the same choices, drawn at random)",

@@ -22,7 +22,8 @@ Modes: `on` (feedback with mutation of kept tests), `off` (plain NNSmith: opset 
 shapes, no IR text round trip), `off-var` (feedback off drawing the export choices the
 scheduler has arms for uniformly: opsets 11-20, symbolic dims and the round trip each in half
 the graphs, and the graph size among the size arm's choices (`--vary-size`), never mutating),
-`on-nomut` (feedback, kept tests only grown at the end). The committed TVM run of
+`on-nomut` (feedback, kept tests only grown at the end), `on-grow20` (`on` with children of
+kept tests capped at 20 operators, `--grow-max 20`: 2 x the default size). The committed TVM run of
 docs/bench-feedback-tvm-30min/ predates `--vary-size`: its off-var kept the configured size
 (on the fake chain, scripts/bench_chain.py, drawing the size alone took off-var from 1 to 9 of
 12 seeds).
@@ -60,6 +61,7 @@ import numpy as np
 MODES = {
     "on": ["--feedback", "on", "--mutation", "on"],
     "on-nomut": ["--feedback", "on", "--mutation", "off"],
+    "on-grow20": ["--feedback", "on", "--mutation", "on", "--grow-max", "20"],
     "off": ["--feedback", "off"],
     "off-var": ["--feedback", "off", "--opsets", "11-20", "--dynamic", "0.5", "--roundtrip", "0.5", "--vary-size"],
 }

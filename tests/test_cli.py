@@ -397,6 +397,26 @@ def test_a_schema_1_config_is_migrated_with_what_its_absent_keys_meant():
     assert FuzzConfig.from_json(old).to_json() == cfg.to_json()
 
 
+def test_a_schema_3_config_reads_with_children_capped_at_four_times_its_size_and_grow_max_round_trips(tmp_path):
+    import dataclasses
+    import json
+
+    from nnsmith_cov.campaign.fuzz_config import FuzzConfig
+
+    old = _rich_config().to_json() | {"schema": 3}
+    del old["grow_max"]
+    cfg = FuzzConfig.from_json(old)
+    assert cfg.gen.nodes == 7 and cfg.max_grown == 28 and cfg.to_json()["schema"] == 4
+    assert FuzzConfig.from_json(dataclasses.replace(cfg, grow_max=9).to_json()).max_grown == 9
+    # The flag: stored, and refused where nothing is grown.
+    out = tmp_path / "c"
+    argv = ["fuzz", "-o", str(out), "--backends", "ort", "--collector", "none", "--tests", "3", "--ops", "Relu", "Add"]
+    assert main([*argv, "--nodes", "3", "--feedback", "off"]) == 0
+    assert json.loads((out / "config.json").read_text())["grow_max"] == 12  # the default, 4 x --nodes
+    assert main([*argv, "-o", str(tmp_path / "d"), "--feedback", "off", "--grow-max", "6"]) == 2
+    assert not (tmp_path / "d").exists()
+
+
 def test_a_schema_2_config_reads_with_sizes_fixed_and_vary_size_round_trips(tmp_path):
     import dataclasses
     import json
@@ -427,7 +447,9 @@ def test_a_schema_2_config_reads_with_sizes_fixed_and_vary_size_round_trips(tmp_
 @pytest.mark.parametrize(
     "change, message",
     [
-        ({"schema": 4}, "schema 4: this nnsmith-cov reads config schemas 1..3"),
+        ({"schema": 5}, "schema 5: this nnsmith-cov reads config schemas 1..4"),
+        ({"grow_max": 0}, "grow_max must be an integer in 1..800, not 0"),
+        ({"grow_max": None}, "lacks 'grow_max'"),
         ({"schema": "2"}, "schema '2'"),
         ({"schema": True}, "schema True"),
         ({"mutation": None}, "lacks 'mutation'"),  # schema 2 implies nothing

@@ -24,7 +24,9 @@ from nnsmith_cov.feedback.mutate import (
     breed,
     child,
     layout,
+    make,
     plan,
+    prepare,
     replay,
 )
 from nnsmith_cov.gen.generator import GenConfig, Generated, GenerationError, generate
@@ -212,6 +214,30 @@ def test_an_entry_remembers_only_its_rarest_branches():
     assert [pool.pick(np.random.default_rng(s)).test_id for s in range(400)].count(3) > 100
 
 
+def test_a_pick_leaves_out_entries_without_room_for_a_child():
+    """A child must be able to add an op within the campaign's cap (`max_ops`): an entry at the
+    cap is not drawn (before, its test silently became a fresh one)."""
+    pool = SeedPool(8)
+    for i, n_ops in enumerate((5, 20, 40)):
+        pool.add(Seed(i, [("op", 0)], n_ops), Hits(np.array([i], np.uint32), np.ones(1, np.uint32)))
+    assert {pool.pick(np.random.default_rng(s)).test_id for s in range(100)} == {0, 1, 2}
+    draws = [pool.pick(np.random.default_rng(s), max_ops=40).test_id for s in range(300)]
+    assert set(draws) == {0, 1} and min(draws.count(0), draws.count(1)) > 100
+    assert pool.pick(np.random.default_rng(0), attempt=True, max_ops=5) is None and pool.children == [0, 0, 0]
+    # entries whose energy ran out still give way only to those with room
+    pool.fruitless = [10_000, 10_000, 10_000]
+    assert {pool.pick(np.random.default_rng(s), max_ops=10).test_id for s in range(20)} == {0}
+
+
+def test_a_grown_child_takes_the_ops_that_fit_within_its_cap(parents):
+    p = parents[0]
+    call = prepare(GROW, p, CFG, 3, max_nodes=p.n_ops + 1)
+    assert call is not None and call.cfg.nodes == p.n_ops + 1 and call.min_ops == p.n_ops
+    gen = make(call, 3)
+    assert gen is None or len(gen.record.ops) == p.n_ops + 1
+    assert prepare(GROW, p, CFG, 3, max_nodes=p.n_ops) is None
+
+
 # -- a small campaign --------------------------------------------------------------------------
 CHAIN_OPS = ["Tanh", "Sin", "Neg", "Abs", "Relu", "Cos"]
 N = len(CHAIN_OPS)
@@ -276,7 +302,7 @@ def _f32_ops() -> list:
     return [f32(op) for op in select_ops(["Add", "Mul", "Sub", "Relu", "Tanh", "Abs", "Neg", "Sigmoid"])]
 
 
-def _fake_campaign(folder, ops: list, tests: int) -> dict:
+def _fake_campaign(folder, ops: list, tests: int, grow_max: int = 0) -> dict:
     from nnsmith_cov.campaign.fuzz_loop import FuzzConfig, Fuzzer
     from nnsmith_cov.campaign.run_dir import RunDir
     from nnsmith_cov.campaign.testcase import CaseSettings
@@ -284,7 +310,9 @@ def _fake_campaign(folder, ops: list, tests: int) -> dict:
 
     backend = "fake_coverage:SigmoidPays"
     settings = CaseSettings([backend], search={"method": "sampling", "max_iters": 8}, localize=False)
-    cfg = FuzzConfig(GenConfig(nodes=3, ops=ops), settings, seed=2, max_tests=tests, feedback=True, mutation=True)
+    cfg = FuzzConfig(
+        GenConfig(nodes=3, ops=ops), settings, seed=2, max_tests=tests, feedback=True, mutation=True, grow_max=grow_max
+    )
     worker = WorkerHandle([backend], RunDir(folder).worker_log(0), collector="fake_coverage:OpCollector")
     fuzzer = Fuzzer(cfg, RunDir(folder), worker, lambda ev: None, corpus=True)
     try:
@@ -299,6 +327,7 @@ def _fake_campaign(folder, ops: list, tests: int) -> dict:
 
 @pytest.mark.slow
 def test_the_campaign_keeps_mutants_that_name_their_parent_and_mutation(tmp_path):
+    from nnsmith_cov.campaign.fuzz_config import GROW_LIMIT
     from nnsmith_cov.corpus.store import CorpusStore
 
     ops = _f32_ops()
@@ -308,9 +337,23 @@ def test_the_campaign_keeps_mutants_that_name_their_parent_and_mutation(tmp_path
         entries = dict(store.entries())
     mutants = {i: r for i, r in entries.items() if r.gen.get("mutation")}
     assert mutants, "no mutant entered the corpus"
+    for r in entries.values():  # children stay within the cap (`FuzzConfig.max_grown`)
+        if r.parent is not None:
+            assert len(r.gen["ops"]) <= GROW_LIMIT * 3, (r.gen["ops"], r.gen.get("mutation"))
     for i, r in mutants.items():
         assert r.parent == r.gen["parent"] and r.parent in entries and r.parent < i
         assert Mutation.from_json(r.gen["mutation"]).kind in MUTATIONS
         # like any test, a mutant replays from its own draws
         again = generate(GenConfig(nodes=len(r.gen["ops"]), ops=ops), r.seed, [tuple(d) for d in r.draws])
         assert again.graph.dumps() == GraphIR.from_json(r.graph).dumps()
+
+
+@pytest.mark.slow
+def test_a_campaign_keeps_its_children_within_grow_max(tmp_path):
+    from nnsmith_cov.corpus.store import CorpusStore
+
+    _fake_campaign(tmp_path / "capped", _f32_ops(), 60, grow_max=4)
+    with CorpusStore.open(tmp_path / "capped" / "lmdb", readonly=True) as store:
+        children = [r for _, r in store.entries() if r.parent is not None]
+    assert children and all(len(r.gen["ops"]) <= 4 for r in children)
+    assert any(len(r.gen["ops"]) == 4 for r in children)

@@ -2,11 +2,11 @@
 campaign starts, `from_json` reads it back for `fuzz --resume`, checking every value (a
 campaign folder is data, and may come from anyone) and migrating older schemas explicitly.
 
-config.json, schema 3 (besides the keys below: "versions", "coverage", and for a replay
+config.json, schema 4 (besides the keys below: "versions", "coverage", and for a replay
 "replay", which describe the run rather than set it, and are not read back here):
 
-  {"schema": 3, "seed": 0, "time_s": 600.0, "max_tests": null, "feedback": true,
-   "mutation": true, "vary_size": false, "collector": "python", "cov_targets": [], "pass_filters": null,
+  {"schema": 4, "seed": 0, "time_s": 600.0, "max_tests": null, "feedback": true,
+   "mutation": true, "grow_max": 40, "vary_size": false, "collector": "python", "cov_targets": [], "pass_filters": null,
    "generator": {"nodes": 10, "binning": true, "max_elems": 65536, "timeout_ms": 60000,
                  "work_budget": 10000000, "opsets": [11, ..., 20], "dynamic_prob": null,
                  "roundtrip_prob": null, "ops": ["Abs", "Add", ...], "name": "nnsmith",
@@ -24,6 +24,8 @@ Schemas:
   2  the same keys, every one written and required: absence is an error, never a default.
   3  "vary_size" (feedback off drawing graph sizes at random: the off-var ablation); a
      schema-2 config reads as false.
+  4  "grow_max" (the most operators a child of a kept test may hold); a schema-3 config
+     reads as 4 x its generator's nodes, the cap campaigns had before the key.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from typing import Any
 from nnsmith_cov.baselines import FEEDBACK_ARMS
 from nnsmith_cov.bounded_read import shown
 from nnsmith_cov.campaign.testcase import CaseSettings
-from nnsmith_cov.flag_values import MAX_NODES
+from nnsmith_cov.flag_values import MAX_GROWN, MAX_NODES
 from nnsmith_cov.gen.generator import GenConfig
 from nnsmith_cov.stored import (
     StoredError,
@@ -48,8 +50,11 @@ from nnsmith_cov.stored import (
     trusted_collector,
 )
 
-CONFIG_SCHEMA = 3
-READS = (1, 2, 3)  # the schemas `from_json` takes (1 and 2 through `_migrate_1` / `_migrate_2`)
+CONFIG_SCHEMA = 4
+# A child of a kept test holds at most this many times the configured size unless the campaign
+# says otherwise (`fuzz --grow-max`); docs/bench-feedback-ort-15min-grow-cap measured 2 times.
+GROW_LIMIT = 4
+READS = (1, 2, 3, 4)  # the schemas `from_json` takes (1-3 through `_migrate_1` .. `_migrate_3`)
 
 # What a schema-1 config.json may lack, and what its absence meant (frozen here: a later
 # change of a default must not change how an old campaign resumes).
@@ -91,6 +96,12 @@ class FuzzConfig:
     roundtrip_arm: bool = False  # ... and of graphs compiled from the IR's text (gen.roundtrip_prob unused)
     mutation: bool = False  # with feedback, seeded tests may mutate their parent's draws (else only grow it)
     vary_size: bool = False  # without feedback, the size drawn uniformly among the size arm's (off-var)
+    grow_max: int = 0  # the most operators a grown or mutated graph may hold; 0: GROW_LIMIT x gen.nodes
+
+    @property
+    def max_grown(self) -> int:
+        """`grow_max`, or its default for the generator's size."""
+        return self.grow_max or GROW_LIMIT * self.gen.nodes
 
     def to_json(self) -> dict[str, Any]:
         gen = self.gen
@@ -101,6 +112,7 @@ class FuzzConfig:
             "max_tests": self.max_tests,
             "feedback": self.feedback,
             "mutation": self.mutation,
+            "grow_max": self.max_grown,
             "vary_size": self.vary_size,
             "collector": self.collector,
             "cov_targets": self.cov_targets,
@@ -139,7 +151,9 @@ def _current(obj: object) -> dict[str, Any]:
         raise StoredError(f"schema {shown(schema)}: this nnsmith-cov reads config schemas {READS[0]}..{READS[-1]}")
     if schema == 1:
         obj = _migrate_1(obj)
-    return _migrate_2(obj) if obj["schema"] == 2 else obj
+    if obj["schema"] == 2:
+        obj = _migrate_2(obj)
+    return _migrate_3(obj) if obj["schema"] == 3 else obj
 
 
 def _migrate_1(obj: dict[str, Any]) -> dict[str, Any]:
@@ -157,6 +171,15 @@ def _migrate_1(obj: dict[str, Any]) -> dict[str, Any]:
 def _migrate_2(obj: dict[str, Any]) -> dict[str, Any]:
     """A schema-2 config as schema 3: off-var's sizes did not vary before `vary_size`."""
     return obj | {"schema": 3, "vary_size": False}
+
+
+def _migrate_3(obj: dict[str, Any]) -> dict[str, Any]:
+    """A schema-3 config as schema 4: children were capped at 4 x the configured size."""
+    gen = obj.get("generator")
+    nodes = gen.get("nodes") if isinstance(gen, dict) else None
+    if type(nodes) is not int:
+        return obj | {"schema": 4}  # `_read` names what is wrong with the generator
+    return obj | {"schema": 4, "grow_max": 4 * nodes}
 
 
 def _of(
@@ -234,4 +257,5 @@ def _read(c: dict[str, Any], plugins: Collection[str]) -> FuzzConfig:
         roundtrip_arm=roundtrip is None,
         mutation=_of(c, "mutation", bool),
         vary_size=_of(c, "vary_size", bool),
+        grow_max=_of(c, "grow_max", int, lambda v: 1 <= v <= MAX_GROWN, f"an integer in 1..{MAX_GROWN}"),
     )

@@ -38,8 +38,6 @@ from nnsmith_cov.feedback.scheduler import Proposal, Scheduler
 from nnsmith_cov.gen.generator import GenConfig, Generated, GenRecord
 from nnsmith_cov.gen.graph_ir import GraphIR
 
-GROW_LIMIT = 4  # a grown graph stays within this many times the configured size
-
 
 def test_seed(run_seed: int, k: int) -> int:
     """The seed of test k: a hash, so neighbouring runs share no test cases."""
@@ -293,7 +291,7 @@ class Fuzzer:
             test.proposal = self.scheduler.propose()
             if test.proposal.seeded and self.seeds:
                 rng = np.random.default_rng([self.cfg.seed, test.k])
-                test.parent = self.seeds.pick(rng, attempt=True)
+                test.parent = self.seeds.pick(rng, attempt=True, max_ops=self.cfg.max_grown)
         return probe
 
     def _ahead(self, worker: WorkerHandle) -> None:
@@ -432,7 +430,7 @@ class Fuzzer:
                 with self.lock:
                     donor = self.seeds.donor(np.random.default_rng([self.cfg.seed, test.k, 1]), parent)
             for kind in dict.fromkeys([proposal.mutation or mutate.GROW, mutate.GROW]):
-                call = mutate.prepare(kind, parent, base, test.seed, donor, GROW_LIMIT * self.cfg.gen.nodes)
+                call = mutate.prepare(kind, parent, base, test.seed, donor, self.cfg.max_grown)
                 if call is not None:
                     test.calls.append((kind, call))
         test.fresh = Scheduler.apply(dataclasses.replace(proposal, seeded=False, mutation=None), self.cfg.gen)

@@ -88,6 +88,8 @@ def _checked(args: argparse.Namespace) -> _Plan:
         raise CliError("--feedback on needs a coverage collector (--collector python, llvm or binary)")
     if args.mutation == "on" and not feedback:
         raise CliError("--mutation on needs feedback (--feedback on)")
+    if args.grow_max is not None and not feedback:
+        raise CliError("--grow-max needs feedback (--feedback on): without it no test is grown")
     return _Plan(resume, collector, feedback)
 
 
@@ -226,6 +228,7 @@ def _fuzz_config(args: argparse.Namespace, plan: _Plan, cfg: GenConfig, settings
         roundtrip_arm=feedback and args.roundtrip is None and any(map(roundtrips, args.backends)),
         mutation=feedback and args.mutation != "off",
         vary_size=not feedback and bool(args.vary_size),
+        grow_max=args.grow_max or 0,
     )
 
 

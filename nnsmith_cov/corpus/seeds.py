@@ -69,6 +69,7 @@ class SeedPool:
         self._flat: tuple[np.ndarray, np.ndarray] | None = None  # all of them end to end, and each entry's start
         self.fruitless: list[int] = []  # children since the entry's last child with new coverage
         self.children: list[int] = []  # children in all
+        self.n_ops: list[int] = []  # per entry, its graph's operators
         self._where: dict[int, int] = {}  # test id -> position
 
     def __len__(self) -> int:
@@ -81,6 +82,7 @@ class SeedPool:
             return  # an entry without recorded insertion draws cannot be regrown
         self._where[seed.test_id] = len(self.seeds)
         self.seeds.append(seed)
+        self.n_ops.append(seed.n_ops)
         self.freq[hits.index] += 1
         kept = hits.index
         if len(kept) > RARE_KEPT:  # the rarest, ties by branch: the same pool on every run
@@ -124,15 +126,20 @@ class SeedPool:
         f = self.freq[hits.index]
         return int(np.count_nonzero((f > 0) & (f <= RARE_ENTRIES)))
 
-    def pick(self, rng: np.random.Generator, attempt: bool = False) -> Seed | None:
-        """An entry drawn by energy. With `attempt`, the draw counts as a child without gain
-        until a child of it is added (`add` with this parent), as the campaign does: it never
-        has to report the children that brought nothing."""
-        if not self.seeds:
+    def pick(self, rng: np.random.Generator, attempt: bool = False, max_ops: int = 0) -> Seed | None:
+        """An entry drawn by energy, among those of fewer than `max_ops` operators (0: all), so
+        that a child can add one; None when there is none. With `attempt`, the draw counts as a
+        child without gain until a child of it is added (`add` with this parent), as the
+        campaign does: it never has to report the children that brought nothing."""
+        room = np.asarray(self.n_ops) < max_ops if max_ops > 0 else None
+        if not self.seeds or (room is not None and not room.any()):
             return None
-        e = self.energy()
+        e = self.energy() if room is None else self.energy() * room
         total = e.sum()
-        k = int(rng.choice(len(e), p=e / total)) if total > 0 else int(rng.integers(len(e)))
+        if total > 0:
+            k = int(rng.choice(len(e), p=e / total))
+        else:
+            k = int(rng.choice(np.flatnonzero(room))) if room is not None else int(rng.integers(len(e)))
         if attempt:
             self.children[k] += 1
             self.fruitless[k] += 1

@@ -268,10 +268,13 @@ def prepare(
 ) -> Call | None:
     """The generator call for `parent` grown (`kind` None or GROW: `cfg.nodes // 2` more ops
     after its insertion draws, replayed strictly) or mutated by `kind` (its edit drawn from
-    `seed`), within `max_nodes` operators (0: no cap); None when it does not apply."""
+    `seed`), within `max_nodes` operators (0: no cap; a grown graph then takes the ops that
+    fit); None when it does not apply."""
     if kind in (None, GROW):
         nodes = parent.n_ops + max(1, cfg.nodes // 2)
-        if max_nodes > 0 and nodes > max_nodes:
+        if max_nodes > 0:
+            nodes = min(nodes, max_nodes)
+        if nodes <= parent.n_ops:
             return None
         return Call(
             dataclasses.replace(cfg, nodes=nodes), list(parent.prefix), False, parent.test_id, None, parent.n_ops
