@@ -234,7 +234,7 @@ def test_a_grown_child_takes_the_ops_that_fit_within_its_cap(parents):
     call = prepare(GROW, p, CFG, 3, max_nodes=p.n_ops + 1)
     assert call is not None and call.cfg.nodes == p.n_ops + 1 and call.min_ops == p.n_ops
     gen = make(call, 3)
-    assert gen is None or len(gen.record.ops) == p.n_ops + 1
+    assert gen is not None and len(gen.record.ops) == p.n_ops + 1 and gen.record.parent == p.test_id
     assert prepare(GROW, p, CFG, 3, max_nodes=p.n_ops) is None
 
 
