@@ -13,7 +13,8 @@ from typing import Any
 # solver holds every constraint): 100 operators take ~2 s here, 200 ~15 s, and 400 spend
 # the default solver budget; past that a campaign would run for minutes without a test.
 MAX_NODES = 200
-MAX_GROWN = 4 * MAX_NODES  # --grow-max: the default for the largest --nodes
+MAX_GROWN = 4 * MAX_NODES  # --grow-max: the default largest cap for the largest --nodes
+MAX_CAPS = 8  # --grow-max: caps one campaign may learn among
 
 # Duration suffixes a value may carry; a bare number is seconds.
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -59,9 +60,14 @@ def nodes(text: str) -> int:
     return _int_in(text, MAX_NODES)
 
 
-def grow_max(text: str) -> int:
-    """--grow-max: an integer in 1..MAX_GROWN."""
-    return _int_in(text, MAX_GROWN)
+def grow_max(text: str) -> tuple[int, ...]:
+    """--grow-max: "N" or "N,M,...", 1..MAX_CAPS distinct integers in 1..MAX_GROWN."""
+    caps = tuple(_int_in(part.strip(), MAX_GROWN) for part in text.split(","))
+    if len(set(caps)) != len(caps):
+        raise argparse.ArgumentTypeError(f"a cap repeats: {text}")
+    if len(caps) > MAX_CAPS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_CAPS} caps: {text}")
+    return caps
 
 
 def _int_in(text: str, top: int) -> int:

@@ -298,10 +298,11 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         ("--grow-max",),
         "with feedback, the most operators a graph grown or mutated from a kept test may hold "
-        "(default 4 x --nodes; AFL++'s -G, libFuzzer's -max_len)",
+        "(AFL++'s -G, libFuzzer's -max_len); several, comma-separated, are caps the scheduler "
+        "learns among per test (default 4 x --nodes)",
         on("fuzz"),
         v.grow_max,
-        metavar="N",
+        metavar="N[,M...]",
     ),
     Flag(
         ("--vary-size",),

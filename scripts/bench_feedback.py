@@ -62,6 +62,7 @@ MODES = {
     "on": ["--feedback", "on", "--mutation", "on"],
     "on-nomut": ["--feedback", "on", "--mutation", "off"],
     "on-grow20": ["--feedback", "on", "--mutation", "on", "--grow-max", "20"],
+    "on-learn": ["--feedback", "on", "--mutation", "on", "--grow-max", "20,40"],
     "off": ["--feedback", "off"],
     "off-var": ["--feedback", "off", "--opsets", "11-20", "--dynamic", "0.5", "--roundtrip", "0.5", "--vary-size"],
 }

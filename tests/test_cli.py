@@ -397,7 +397,7 @@ def test_a_schema_1_config_is_migrated_with_what_its_absent_keys_meant():
     assert FuzzConfig.from_json(old).to_json() == cfg.to_json()
 
 
-def test_a_schema_3_config_reads_with_children_capped_at_four_times_its_size_and_grow_max_round_trips(tmp_path):
+def test_a_schema_3_config_reads_with_children_capped_at_four_times_its_size_and_grow_max_round_trips(tmp_path, capsys):
     import dataclasses
     import json
 
@@ -406,15 +406,27 @@ def test_a_schema_3_config_reads_with_children_capped_at_four_times_its_size_and
     old = _rich_config().to_json() | {"schema": 3}
     del old["grow_max"]
     cfg = FuzzConfig.from_json(old)
-    assert cfg.gen.nodes == 7 and cfg.max_grown == 28 and cfg.to_json()["schema"] == 4
-    assert FuzzConfig.from_json(dataclasses.replace(cfg, grow_max=9).to_json()).max_grown == 9
+    assert cfg.gen.nodes == 7 and cfg.grow_caps == (28,) and cfg.to_json()["schema"] == 5
+    assert FuzzConfig.from_json(dataclasses.replace(cfg, grow_max=(9,)).to_json()).max_grown == 9
+    # schema 4 held one number: that cap, fixed
+    assert FuzzConfig.from_json(cfg.to_json() | {"schema": 4, "grow_max": 11}).grow_caps == (11,)
+    learned = FuzzConfig.from_json(dataclasses.replace(cfg, grow_max=(30, 9)).to_json())
+    assert learned.grow_caps == (9, 30) and learned.max_grown == 30
     # The flag: stored, and refused where nothing is grown.
     out = tmp_path / "c"
     argv = ["fuzz", "-o", str(out), "--backends", "ort", "--collector", "none", "--tests", "3", "--ops", "Relu", "Add"]
     assert main([*argv, "--nodes", "3", "--feedback", "off"]) == 0
-    assert json.loads((out / "config.json").read_text())["grow_max"] == 12  # the default, 4 x --nodes
+    assert json.loads((out / "config.json").read_text())["grow_max"] == [12]  # the default, 4 x --nodes
     assert main([*argv, "-o", str(tmp_path / "d"), "--feedback", "off", "--grow-max", "6"]) == 2
     assert not (tmp_path / "d").exists()
+    # several caps: learned among, stored ascending; a repeat or a cap out of range is refused
+    learn = [*argv, "-o", str(tmp_path / "e"), "--nodes", "3", "--grow-max", "12,6", "--tests", "2"]
+    assert main([*learn, "--collector", "python"]) == 0
+    assert json.loads((tmp_path / "e" / "config.json").read_text())["grow_max"] == [6, 12]
+    for bad, why in (("6,6", "a cap repeats"), ("6,0", "must be in 1..800"), ("6,x", "not an integer")):
+        assert main([*argv, "-o", str(tmp_path / "f"), "--grow-max", bad]) == 2
+        assert why in capsys.readouterr().err
+    assert not (tmp_path / "f").exists()
 
 
 def test_a_schema_2_config_reads_with_sizes_fixed_and_vary_size_round_trips(tmp_path):
@@ -447,8 +459,11 @@ def test_a_schema_2_config_reads_with_sizes_fixed_and_vary_size_round_trips(tmp_
 @pytest.mark.parametrize(
     "change, message",
     [
-        ({"schema": 5}, "schema 5: this nnsmith-cov reads config schemas 1..4"),
-        ({"grow_max": 0}, "grow_max must be an integer in 1..800, not 0"),
+        ({"schema": 6}, "schema 6: this nnsmith-cov reads config schemas 1..5"),
+        ({"grow_max": 0}, "grow_max must be a list of 1..8 distinct integers in 1..800, not 0"),
+        ({"grow_max": [0]}, "grow_max must be a list of 1..8 distinct integers in 1..800, not [0]"),
+        ({"grow_max": [20, 20]}, "grow_max must be a list of 1..8 distinct integers in 1..800, not [20, 20]"),
+        ({"grow_max": []}, "grow_max must be a list of 1..8 distinct integers in 1..800, not []"),
         ({"grow_max": None}, "lacks 'grow_max'"),
         ({"schema": "2"}, "schema '2'"),
         ({"schema": True}, "schema True"),

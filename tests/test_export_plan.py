@@ -276,7 +276,7 @@ def _before_mutation(state: dict) -> dict:
     """A state as schemas 1-3 wrote it: without the mutation arms, the ranked reward's recent
     scores, the children counts and the export-form arms (schemas 4 and 5)."""
     del state["recent"], state["children"], state["config"]["mutation"], state["groups"]["mutation"]
-    del state["config"]["forms"], state["config"]["params"]["window"]
+    del state["config"]["forms"], state["config"]["params"]["window"], state["config"]["caps"]
     return state
 
 

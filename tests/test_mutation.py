@@ -302,7 +302,7 @@ def _f32_ops() -> list:
     return [f32(op) for op in select_ops(["Add", "Mul", "Sub", "Relu", "Tanh", "Abs", "Neg", "Sigmoid"])]
 
 
-def _fake_campaign(folder, ops: list, tests: int, grow_max: int = 0) -> dict:
+def _fake_campaign(folder, ops: list, tests: int, grow_max: tuple[int, ...] = ()) -> dict:
     from nnsmith_cov.campaign.fuzz_loop import FuzzConfig, Fuzzer
     from nnsmith_cov.campaign.run_dir import RunDir
     from nnsmith_cov.campaign.testcase import CaseSettings
@@ -327,7 +327,7 @@ def _fake_campaign(folder, ops: list, tests: int, grow_max: int = 0) -> dict:
 
 @pytest.mark.slow
 def test_the_campaign_keeps_mutants_that_name_their_parent_and_mutation(tmp_path):
-    from nnsmith_cov.campaign.fuzz_config import GROW_LIMIT
+    from nnsmith_cov.campaign.fuzz_config import GROW_FACTORS
     from nnsmith_cov.corpus.store import CorpusStore
 
     ops = _f32_ops()
@@ -339,7 +339,7 @@ def test_the_campaign_keeps_mutants_that_name_their_parent_and_mutation(tmp_path
     assert mutants, "no mutant entered the corpus"
     for r in entries.values():  # children stay within the cap (`FuzzConfig.max_grown`)
         if r.parent is not None:
-            assert len(r.gen["ops"]) <= GROW_LIMIT * 3, (r.gen["ops"], r.gen.get("mutation"))
+            assert len(r.gen["ops"]) <= GROW_FACTORS[-1] * 3, (r.gen["ops"], r.gen.get("mutation"))
     for i, r in mutants.items():
         assert r.parent == r.gen["parent"] and r.parent in entries and r.parent < i
         assert Mutation.from_json(r.gen["mutation"]).kind in MUTATIONS
@@ -352,8 +352,21 @@ def test_the_campaign_keeps_mutants_that_name_their_parent_and_mutation(tmp_path
 def test_a_campaign_keeps_its_children_within_grow_max(tmp_path):
     from nnsmith_cov.corpus.store import CorpusStore
 
-    _fake_campaign(tmp_path / "capped", _f32_ops(), 60, grow_max=4)
+    _fake_campaign(tmp_path / "capped", _f32_ops(), 60, grow_max=(4,))
     with CorpusStore.open(tmp_path / "capped" / "lmdb", readonly=True) as store:
         children = [r for _, r in store.entries() if r.parent is not None]
     assert children and all(len(r.gen["ops"]) <= 4 for r in children)
     assert any(len(r.gen["ops"]) == 4 for r in children)
+
+
+@pytest.mark.slow
+def test_a_campaign_learns_among_several_caps_and_keeps_each_child_within_the_largest(tmp_path):
+    from nnsmith_cov.corpus.store import CorpusStore
+
+    state = _fake_campaign(tmp_path / "learned", _f32_ops(), 60, grow_max=(6, 4))
+    assert state["config"]["caps"] == [4, 6]
+    evidence = state["groups"]["grow_max"]
+    assert sum(evidence["hit_in"]) + sum(evidence["miss_in"]) > 0  # seeded tests were charged to a cap
+    with CorpusStore.open(tmp_path / "learned" / "lmdb", readonly=True) as store:
+        children = [r for _, r in store.entries() if r.parent is not None]
+    assert children and all(len(r.gen["ops"]) <= 6 for r in children)

@@ -371,6 +371,44 @@ def test_mutation_arms_are_learned_for_seeded_tests():
     assert dataclasses.replace(pb, mutation=None) == pa and pa.mutation is None
 
 
+def test_the_cap_on_a_childs_ops_is_learned_among_the_campaigns_caps():
+    s = Scheduler(NAMES, 10, seed=6, mutation=True, caps=(40, 20))
+    assert s.caps == (20, 40) and "grow_max" in s.groups
+    props = [s.propose() for _ in range(300)]
+    assert {p.grow_max for p in props if p.seeded} == {20, 40}
+    assert all(p.grow_max is None for p in props if not p.seeded)
+    for _ in range(600):  # small children pay, large ones do not
+        p = s.propose()
+        s.observe(p, record(["Relu"]), NEW if p.seeded and p.grow_max == 20 else NOTHING)
+    picks = [p.grow_max for p in (s.propose() for _ in range(600)) if p.seeded]
+    assert picks.count(20) > 0.7 * len(picks)
+    back = Scheduler.from_state(json.loads(json.dumps(s.state())))
+    assert back.caps == (20, 40) and back.propose() == s.propose()
+    # one cap (or none) is no choice: nothing is drawn, the proposal names no cap
+    a, b = Scheduler(NAMES, 10, seed=5, mutation=True), Scheduler(NAMES, 10, seed=5, mutation=True, caps=(40,))
+    pa = [a.propose() for _ in range(50)]
+    assert pa == [b.propose() for _ in range(50)] and all(p.grow_max is None for p in pa)
+    with pytest.raises(ValueError, match="caps"):
+        Scheduler(NAMES, 10, caps=(0, 20))
+
+
+def test_a_schema_7_state_resumes_without_cap_arms():
+    s = Scheduler(NAMES, 10, seed=7, mutation=True)
+    run(s, conv_rule, 50, seed=7)
+    old = json.loads(json.dumps(s.state()))
+    old["schema"] = 7
+    del old["config"]["caps"]
+    back = Scheduler.from_state(old)
+    assert back.caps == () and "grow_max" not in back.groups and back.propose() == s.propose()
+    with pytest.raises(ValueError, match="caps"):
+        Scheduler.from_state(old | {"schema": 8, "config": old["config"] | {"caps": ["20"]}})
+    proposal = s.propose().to_json()
+    del proposal["grow_max"]
+    assert Proposal.from_json(proposal).grow_max is None
+    with pytest.raises(ValueError, match="grow_max"):
+        Proposal.from_json(proposal | {"grow_max": 0})
+
+
 def test_a_schema_3_state_resumes_with_mutation_off_and_the_default_window():
     s = Scheduler(NAMES, 10, seed=7)
     run(s, conv_rule, 50, seed=7)
@@ -378,7 +416,7 @@ def test_a_schema_3_state_resumes_with_mutation_off_and_the_default_window():
     old["schema"] = 3
     del old["config"]["mutation"], old["groups"]["mutation"], old["recent"], old["config"]["params"]["window"]
     del old["children"], old["config"]["forms"]  # (schema 3 had no export-form arms either)
-    del old["config"]["vary"]  # (nor the sizes of off-var)
+    del old["config"]["vary"], old["config"]["caps"]  # (nor the sizes of off-var, nor cap arms)
     back = Scheduler.from_state(old)
     assert back.mutation is False and back.params.window == BanditParams.window and list(back.ranks.recent) == []
     assert back.groups["op"].to_json() == s.groups["op"].to_json() and back.steps == s.steps
@@ -394,7 +432,7 @@ def test_a_schema_5_state_resumes_with_plain_sizes_and_the_same_proposals():
     run(s, conv_rule, 50, seed=7)
     old = json.loads(json.dumps(s.state()))
     old["schema"] = 5
-    del old["config"]["vary"]
+    del old["config"]["vary"], old["config"]["caps"]
     back = Scheduler.from_state(old)
     assert back.vary is False and back.propose() == s.propose()
     assert Scheduler.from_state(json.loads(json.dumps(back.state()))).state() == back.state()
@@ -406,7 +444,8 @@ def test_a_schema_6_state_resumes_with_grows_evidence_and_extend_without_any():
     s = Scheduler(NAMES, 10, seed=7, mutation=True)
     run(s, conv_rule, 80, seed=7)
     old = json.loads(json.dumps(s.state()))
-    assert tuple(s.groups["mutation"].labels) == ("grow", "extend") and old["schema"] == 7
+    assert tuple(s.groups["mutation"].labels) == ("grow", "extend") and old["schema"] == 8
+    del old["config"]["caps"]
     # schema 6 drew grow and six edits: one count per arm, children for each
     old["schema"] = 6
     old["groups"]["mutation"] = {k: [v[0], 1.0, 2.0, 3.0, 4.0, 5.0, 6.0] for k, v in old["groups"]["mutation"].items()}

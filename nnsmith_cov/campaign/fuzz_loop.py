@@ -152,6 +152,7 @@ class Fuzzer:
             mutation=self.cfg.feedback and self.cfg.mutation,
             forms=export_forms(gen.ops),
             vary=self.cfg.vary_size,
+            caps=self.cfg.grow_caps if self.cfg.feedback else (),
         )
 
     def _steady(self, hits: Hits) -> Hits:
@@ -291,7 +292,7 @@ class Fuzzer:
             test.proposal = self.scheduler.propose()
             if test.proposal.seeded and self.seeds:
                 rng = np.random.default_rng([self.cfg.seed, test.k])
-                test.parent = self.seeds.pick(rng, attempt=True, max_ops=self.cfg.max_grown)
+                test.parent = self.seeds.pick(rng, attempt=True, max_ops=self._cap(test.proposal))
         return probe
 
     def _ahead(self, worker: WorkerHandle) -> None:
@@ -414,6 +415,10 @@ class Fuzzer:
                 self.cfg.gen = dataclasses.replace(self.cfg.gen, ops=ops)
             self.stats.learned.extend(r.text() for r in learned)
 
+    def _cap(self, proposal: Proposal) -> int:
+        """The most ops a seeded test's child may hold: its proposal's cap, else the campaign's."""
+        return proposal.grow_max or self.cfg.max_grown
+
     def _proposal(self, test: _Test) -> dict[str, Any]:
         """The request that has the worker make the test's graph (see `campaign.proposal`): the
         parent mutated as the proposal says (`feedback.mutate`), else grown (rebuilt from its
@@ -430,10 +435,11 @@ class Fuzzer:
                 with self.lock:
                     donor = self.seeds.donor(np.random.default_rng([self.cfg.seed, test.k, 1]), parent)
             for kind in dict.fromkeys([proposal.mutation or mutate.GROW, mutate.GROW]):
-                call = mutate.prepare(kind, parent, base, test.seed, donor, self.cfg.max_grown)
+                call = mutate.prepare(kind, parent, base, test.seed, donor, self._cap(proposal))
                 if call is not None:
                     test.calls.append((kind, call))
-        test.fresh = Scheduler.apply(dataclasses.replace(proposal, seeded=False, mutation=None), self.cfg.gen)
+        fresh = dataclasses.replace(proposal, seeded=False, mutation=None, grow_max=None)
+        test.fresh = Scheduler.apply(fresh, self.cfg.gen)
         return {
             "kind": "propose",
             "test": test.k,
@@ -457,7 +463,7 @@ class Fuzzer:
                 test.proposal = dataclasses.replace(test.proposal, mutation=mutate.GROW)
         elif proposed.index == FRESH:
             test.parent, test.prefix = None, None
-            test.proposal = dataclasses.replace(test.proposal, seeded=False, mutation=None)
+            test.proposal = dataclasses.replace(test.proposal, seeded=False, mutation=None, grow_max=None)
             test.cfg = test.fresh
         if proposed.error is not None:
             raise _GenerationFailed(proposed.error)

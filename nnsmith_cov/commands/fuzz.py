@@ -228,7 +228,7 @@ def _fuzz_config(args: argparse.Namespace, plan: _Plan, cfg: GenConfig, settings
         roundtrip_arm=feedback and args.roundtrip is None and any(map(roundtrips, args.backends)),
         mutation=feedback and args.mutation != "off",
         vary_size=not feedback and bool(args.vary_size),
-        grow_max=args.grow_max or 0,
+        grow_max=args.grow_max or (),
     )
 
 

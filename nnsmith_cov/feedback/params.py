@@ -67,7 +67,8 @@ class Proposal:
     starting from scratch; a caller that could not follow it (empty corpus)
     observes `dataclasses.replace(proposal, seeded=False)`. `opset_weights` and
     `dynamic_prob` / `roundtrip_prob` None keep the base config's. `mutation`, for a
-    seeded test, is how the parent is changed (`feedback.mutate.ARMS`; None: grown).
+    seeded test, is how the parent is changed (`feedback.mutate.ARMS`; None: grown), and
+    `grow_max` the most ops its child may hold, where the scheduler learns the cap.
     """
 
     op_weights: dict[str, float] | None  # per op spec name
@@ -80,6 +81,7 @@ class Proposal:
     roundtrip_prob: float | None = None  # probability of compiling from the IR's text
     mutation: str | None = None  # a seeded test's mutation operator
     form_weights: dict[str, list[float]] | None = None  # per form draw label, one weight per option
+    grow_max: int | None = None  # a seeded test's cap on its child's ops (None: the campaign's only cap)
 
     def to_json(self) -> dict[str, Any]:
         obj = dataclasses.asdict(self)
@@ -93,6 +95,8 @@ class Proposal:
             obj = obj | {"mutation": None}
         if isinstance(obj, dict) and "form_weights" not in obj:  # from before the form arms
             obj = obj | {"form_weights": None}
+        if isinstance(obj, dict) and "grow_max" not in obj:  # from before the cap was an arm
+            obj = obj | {"grow_max": None}
         if not isinstance(obj, dict) or set(obj) != {f.name for f in dataclasses.fields(Proposal)}:
             raise ValueError("proposal: unexpected fields")
         if obj["mutation"] is not None and obj["mutation"] not in ARMS:
@@ -128,6 +132,9 @@ class Proposal:
             raise ValueError("proposal: nodes must be a positive integer")
         if not isinstance(obj["seeded"], bool):
             raise ValueError("proposal: seeded must be a bool")
+        cap = obj["grow_max"]
+        if cap is not None and not (isinstance(cap, int) and not isinstance(cap, bool) and cap >= 1):
+            raise ValueError("proposal: grow_max must be a positive integer or null")
         return Proposal(
             None if ops is None else {k: float(v) for k, v in ops.items()},
             float(obj["forward_prob"]),
@@ -139,6 +146,7 @@ class Proposal:
             None if trip is None else float(trip),
             obj["mutation"],
             None if forms is None else {k: [float(x) for x in w] for k, w in forms.items()},
+            cap,
         )
 
 

@@ -27,12 +27,12 @@ from nnsmith_cov.gen.graph_ir import DEFAULT_OPSET
 #               "feedback": true, "params": {"discount": 0.997, "prior_tests": 4.0,
 #               "lift_cap": 32.0, "floor": 0.2, "size_factors": [0.5, 1.0, 1.5, 2.0], "window": 256},
 #               "opsets": [13, 17, 20], "dynamic": true, "roundtrip": true, "mutation": true,
-#               "forms": {"conv.form": ["bias", "add"]}, "vary": false},
+#               "forms": {"conv.form": ["bias", "add"]}, "vary": false, "caps": [20, 40]},
 #    "steps": 120, "rate": {"hits": 3.7, "tests": 101.4, "seconds": 180.2, "timed": 99.0},
 #    "groups": {"op": {"hit_in": [...], "miss_in": [...], "hit_out": [...], "miss_out": [...]},
 #               "direction": {...}, "bin.size": {...}, "bin.pad": {...}, "bin.signed": {...},
 #               "nodes": {...}, "seeded": {...}, "opset": {...}, "dynamic": {...}, "roundtrip": {...},
-#               "mutation": {...}, "form": {...}},
+#               "mutation": {...}, "form": {...}, "grow_max": {...}},
 #    "recent": [0.0, 2.3, ...],
 #    "rng": {"bit_generator": "PCG64", "state": "0x...", "inc": "0x...", "has_uint32": 0, "uinteger": 0}}
 # 128-bit generator words are hex strings: msgpack integers stop at 64 bits. Schema 1 (before
@@ -42,8 +42,9 @@ from nnsmith_cov.gen.graph_ir import DEFAULT_OPSET
 # recent scores and the default window; schema 4 (before the export-form arms) as no forms;
 # schema 5 (before off-var drew its sizes) as vary false; schema 6 (whose mutation arms were
 # grow and the six edits of `feedback.mutate.MUTATIONS` but ``extend``) keeps grow's evidence,
-# ``extend`` starts without any and the others' is dropped (they are no longer drawn).
-STATE_SCHEMA = 7
+# ``extend`` starts without any and the others' is dropped (they are no longer drawn); schema 7
+# (before the cap on a child's ops was an arm) as no caps: the campaign's one cap applies.
+STATE_SCHEMA = 8
 
 BIN_KINDS = (AttrKind.SIZE, AttrKind.PAD, AttrKind.SIGNED)
 DIRECTIONS = ("forward", "backward")
@@ -59,6 +60,7 @@ _NEW_GROUPS = {
     5: set(),
     6: set(),
     7: set(),
+    8: set(),
 }
 _NEW_CONFIG = {
     1: {"opsets": [DEFAULT_OPSET], "dynamic": False, "roundtrip": False, "mutation": False, "forms": {}},
@@ -68,9 +70,13 @@ _NEW_CONFIG = {
     5: {},
     6: {},
     7: {},
+    8: {},
 }
 for _old in range(1, 6):
     _NEW_CONFIG[_old] = _NEW_CONFIG[_old] | {"vary": False}
+for _old in range(1, 8):
+    _NEW_CONFIG[_old] = _NEW_CONFIG[_old] | {"caps": []}
+    _NEW_GROUPS[_old] = _NEW_GROUPS[_old] | {"grow_max"}
 _SUMMARY_SAMPLES = 256
 MAX_PRIOR_RATE = 0.9
 COST_CAP = 4.0  # a test counts as at most this many average tests (and at least its inverse)
@@ -125,6 +131,15 @@ class Scheduler:
       what made the parent interesting, and as arms beside ``extend`` they
       thinned its share until the chain fake found its goal in 5 of 12 seeds
       instead of 10 (the study is in `feedback.mutate`'s docstring).
+
+    - ``grow_max`` (with two or more `caps`): for a seeded test, the most ops
+      its child may hold (only entries with room are drawn as parents); picked
+      once per test. The right cap differs by compiler: on ORT's binary map,
+      children capped at 2x the size gained unique blocks and ran 1.1x the
+      tests (docs/bench-feedback-ort-15min-grow-cap), while the chain fake,
+      whose goal needs deep lineages, found it in 6 of 12 seeds at 2x and 10
+      at 4x (scripts/bench_chain.py). Rates are per unit of time, so a cap
+      that only makes children cheaper must still pay in coverage.
 
     A group with no draws in a test (no pad attribute, say) learns nothing from it.
 
@@ -267,6 +282,7 @@ class Scheduler:
         mutation: bool = False,
         forms: Mapping[str, Sequence[str]] | None = None,
         vary: bool = False,
+        caps: Sequence[int] = (),
     ) -> None:
         if nodes < 1:
             raise ValueError("nodes must be at least 1")
@@ -286,6 +302,9 @@ class Scheduler:
         self.roundtrip = roundtrip
         self.mutation = mutation
         self.vary = vary  # without feedback: the size drawn uniformly among `sizes` (off-var)
+        if any(not isinstance(c, int) or isinstance(c, bool) or c < 1 for c in caps):
+            raise ValueError("caps must be positive integers")
+        self.caps = tuple(sorted(set(caps)))  # a seeded child's op caps to learn among (two or more)
         # the ops' export-form draws (`abstract.op.export_forms`): label -> option names
         self.forms = {str(k): tuple(str(o) for o in v) for k, v in (forms or {}).items()}
         self.groups: dict[str, ArmGroup] = {
@@ -302,6 +321,8 @@ class Scheduler:
         self.groups["mutation"] = ArmGroup("mutation", SCHEDULED if mutation else (GROW,))
         if self.forms:  # one arm per (draw, option): "conv.form=add"
             self.groups["form"] = ArmGroup("form", [f"{k}={o}" for k, opts in self.forms.items() for o in opts])
+        if len(self.caps) > 1:
+            self.groups["grow_max"] = ArmGroup("grow_max", self.caps)
         self.ranks = RecentRanks(self.params.window) if self.params.window else None
         # seeded tests per way of changing the parent, and those that reached new coverage (not discounted)
         self.children = {str(a): [0, 0] for a in self.groups["mutation"].labels}
@@ -349,6 +370,9 @@ class Scheduler:
         mutation = None
         if self.mutation:  # drawn last, so that the draws before it are as without mutation
             mutation = str(g["mutation"].labels[g["mutation"].pick(rng, prior, p.floor)])
+        cap = None
+        if "grow_max" in g:  # after the mutation, for the same reason
+            cap = int(g["grow_max"].labels[g["grow_max"].pick(rng, prior, p.floor)])
         return Proposal(
             {name: float(x) * len(ops) for name, x in zip(self.op_names, ops)},
             float(direction[0]),
@@ -360,6 +384,7 @@ class Scheduler:
             float(trip[1]) if self.roundtrip else None,
             mutation if seeded else None,
             form_weights,
+            cap if seeded else None,
         )
 
     @staticmethod
@@ -415,6 +440,8 @@ class Scheduler:
         }
         if proposal.seeded:  # a test grown or mutated from the corpus: its way of changing the parent
             exposures["mutation"] = _presence(self.groups["mutation"], [proposal.mutation or GROW])
+            if proposal.grow_max is not None:
+                exposures["grow_max"] = _presence(self.groups["grow_max"], [proposal.grow_max])
             counts = self.children.get(proposal.mutation or GROW)
             if counts is not None:
                 counts[0] += 1
@@ -460,6 +487,7 @@ class Scheduler:
                 "mutation": self.mutation,
                 "forms": {k: list(v) for k, v in self.forms.items()},
                 "vary": self.vary,
+                "caps": list(self.caps),
             },
             "steps": self.steps,
             "rate": {"hits": self._hits, "tests": self._tests, "seconds": self._seconds, "timed": self._timed},
@@ -482,9 +510,9 @@ class Scheduler:
             raise ValueError("scheduler state: unexpected fields")
         cfg = state["config"]
         keys = {"op_names", "nodes", "bins_k", "seed", "feedback", "params", "opsets", "dynamic", "roundtrip"}
-        keys |= {"mutation", "forms", "vary"}
+        keys |= {"mutation", "forms", "vary", "caps"}
         # `vary` may be absent before schema 6 (states converted by hand may keep it: harmless)
-        loose = {"vary"} if schema < STATE_SCHEMA else set()
+        loose = {"vary"} if schema < 7 else set()
         if not isinstance(cfg, dict) or set(cfg) - loose != keys - set(_NEW_CONFIG[schema]) - loose:
             raise ValueError("scheduler state: bad config")
         cfg = _NEW_CONFIG[schema] | cfg
@@ -507,7 +535,10 @@ class Scheduler:
         ):
             raise ValueError("scheduler state: forms must map draw labels to lists of option names")
         arms = {"opsets": opsets, "dynamic": cfg["dynamic"], "roundtrip": cfg["roundtrip"], "mutation": cfg["mutation"]}
-        arms |= {"forms": forms, "vary": cfg["vary"]}
+        caps = cfg["caps"]
+        if not isinstance(caps, list) or not all(isinstance(c, int) and not isinstance(c, bool) for c in caps):
+            raise ValueError("scheduler state: caps must be a list of integers")
+        arms |= {"forms": forms, "vary": cfg["vary"], "caps": caps}
         s = cls(names, cfg["nodes"], cfg["bins_k"], cfg["seed"], cfg["feedback"], params, **arms)
         steps, rate, groups = state["steps"], state["rate"], state["groups"]
         if not isinstance(steps, int) or steps < 0:
@@ -556,9 +587,9 @@ class Scheduler:
         for name, g in self.groups.items():
             if not self.feedback:
                 probs = np.full(len(g), 1.0 / len(g))
-                if name in ("seeded", "mutation"):
+                if name in ("seeded", "mutation", "grow_max"):
                     probs = np.eye(len(g))[0]  # never seeded, so never mutated
-            elif name in ("nodes", "seeded", "mutation"):
+            elif name in ("nodes", "seeded", "mutation", "grow_max"):
                 picks = [g.pick(rng, prior, p.floor) for _ in range(_SUMMARY_SAMPLES)]
                 probs = np.bincount(picks, minlength=len(g)) / _SUMMARY_SAMPLES
             else:
