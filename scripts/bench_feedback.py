@@ -23,7 +23,8 @@ shapes, no IR text round trip), `off-var` (feedback off drawing the export choic
 scheduler has arms for uniformly: opsets 11-20, symbolic dims and the round trip each in half
 the graphs, and the graph size among the size arm's choices (`--vary-size`), never mutating),
 `on-nomut` (feedback, kept tests only grown at the end), `on-grow20` (`on` with children of
-kept tests capped at 20 operators, `--grow-max 20`: 2 x the default size). The committed TVM run of
+kept tests capped at 20 operators, `--grow-max 20`: 2 x the default size), `on-learn` (`on` with the
+cap an arm the scheduler learns between 20 and 40, `--grow-max 20,40`). The committed TVM run of
 docs/bench-feedback-tvm-30min/ predates `--vary-size`: its off-var kept the configured size
 (on the fake chain, scripts/bench_chain.py, drawing the size alone took off-var from 1 to 9 of
 12 seeds).

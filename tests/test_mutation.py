@@ -370,3 +370,5 @@ def test_a_campaign_learns_among_several_caps_and_keeps_each_child_within_the_la
     with CorpusStore.open(tmp_path / "learned" / "lmdb", readonly=True) as store:
         children = [r for _, r in store.entries() if r.parent is not None]
     assert children and all(len(r.gen["ops"]) <= 6 for r in children)
+    # each child names the cap it was drawn under, and holds no more ops than it
+    assert all(r.gen["grow_max"] in (4, 6) and len(r.gen["ops"]) <= r.gen["grow_max"] for r in children)

@@ -507,12 +507,15 @@ class Fuzzer:
         p = result.prepared
         if p is not None and (result.findings or (novelty is not None and novelty.interesting)):
             p.load()  # kept: its values and model come over from the worker
+        origin: dict[str, Any] = {"origin": "probe"} if test.proposal is None else {}
+        if test.proposal is not None and test.proposal.grow_max is not None:
+            origin["grow_max"] = test.proposal.grow_max  # the cap the scheduler chose for this child
         finished = Finished(
             test.k,
             gen.record.seed,
             result,
             gen.graph,
-            gen=gen.record.to_json() | ({"origin": "probe"} if test.proposal is None else {}),
+            gen=gen.record.to_json() | origin,
             draws=[(label, value) for label, value in gen.record.draws],
             parent=test.parent.test_id if test.parent is not None else None,
             meta={

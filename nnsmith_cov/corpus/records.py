@@ -102,7 +102,7 @@ class TestRecord:
     seed: int
     status: str  # the campaign's word for the outcome: "pass", "finding", "no-values", ...
     graph: dict[str, Any]  # GraphIR.to_json()
-    gen: dict[str, Any]  # GenRecord.to_json()
+    gen: dict[str, Any]  # GenRecord.to_json(), plus "origin": "probe" or a chosen cap's "grow_max"
     draws: list[tuple[str, int | float]]  # every recorded choice, in order
     timings: dict[str, float]  # milliseconds per stage
     elapsed_s: float  # campaign time when the test finished
