@@ -26,7 +26,8 @@ def _fuzz(tmp_path, backend: str, tests: int, timeout_s: float = 60.0, collector
     gen = GenConfig(nodes=4, ops=[f32_only(op) for op in select_ops(SIMPLE_OPS)], roundtrip_prob=roundtrip)
     settings = CaseSettings([backend], timeout_s=timeout_s, search={"method": "sampling", "max_iters": 8})
     run = RunDir(tmp_path / "run")
-    worker = WorkerHandle([backend], run.worker_log(0), collector=collector)
+    # A backend that hangs hangs on the warm-up model too: give up on it there as soon as on a test
+    worker = WorkerHandle([backend], run.worker_log(0), collector=collector, warm_up_timeout_s=max(timeout_s, 10))
     events = []
     fuzzer = Fuzzer(FuzzConfig(gen, settings, seed=3, max_tests=tests), run, worker, events.append)
     run_to_budget(fuzzer, worker)

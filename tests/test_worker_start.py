@@ -31,3 +31,22 @@ def test_a_worker_that_always_dies_while_starting_is_one_line(tmp_path, monkeypa
         w.start()
     assert f"(started {START_TRIES} times)" in str(e.value) and "SIGSEGV" in str(e.value)
     assert "\n" not in str(e.value) and len(list((tmp_path / "deaths").iterdir())) == START_TRIES
+
+
+def test_a_backend_that_hangs_or_dies_on_the_warm_up_model_is_left_out_of_warm_ups_alone(tmp_path):
+    """Each backend warms up in a call of its own, limited by `warm_up_timeout_s`: one that hangs
+    or kills the worker there is dropped from later warm-ups by itself, and the worker that
+    serves tests is a fresh one warmed with the rest. Neither is a test's finding."""
+    specs = ["faulty_backends:Hang", "ort", "faulty_backends:Segfault"]
+    w = WorkerHandle(specs, tmp_path / "w.log", collector="python", warm_up_timeout_s=10)
+    try:
+        assert w.start()["kind"] == "ready"
+        assert w.warm_backends == ["ort"] and w.warm_exports
+        assert w.starts == 3 and w.deaths == 0  # one start per backend dropped
+        assert w.proc is not None and w.proc.poll() is None
+        starts = w.starts
+        w.close()
+        w.start()  # a later start warms what is left, with no new loss
+        assert w.warm_backends == ["ort"] and w.starts == starts + 1 and w.deaths == 0
+    finally:
+        w.close()

@@ -38,8 +38,9 @@ where a worker that dies or hangs was:
          model printed and parsed back, timed as a stage of its own between import and compile)
          ("test": 17 instead of "onnx" and "inputs": the held test's model and inputs)
       |  {"kind": "error", "error": <error>}
-  {"kind": "warm_up", "backends": ["tvm"]}
-      -> {"kind": "warm"}            (a small model exported and run once, unmeasured)
+  {"kind": "warm_up", "backends": ["tvm"], "exports": false}
+      -> {"kind": "warm"}            (a small model exported at every opset and run once, unmeasured;
+                                      "exports" false, optional: its run alone)
   {"kind": "universe"}
       -> {"kind": "universe", "data": <Universe.to_bytes()>}
   {"kind": "exit"}

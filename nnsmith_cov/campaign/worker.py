@@ -165,7 +165,7 @@ class Worker:
         # dims: do all of that here too (`graph` itself was exported at MAX_OPSET, static).
         values = leaf_values(graph, decode_arrays(prepared["values"]))
         first = graph.inputs[0]
-        for opset in range(MIN_OPSET, MAX_OPSET + 1):
+        for opset in range(MIN_OPSET, MAX_OPSET + 1) if msg.get("exports", True) else ():
             dynamic = [(first, 0)] if opset == MAX_OPSET and graph.types[first].shape else []
             self._export_into({}, dataclasses.replace(graph, opset=opset, dynamic=dynamic), values, covered=False)
         inputs = {k: v for k, v in prepared["values"].items() if k.startswith("i")}

@@ -26,6 +26,10 @@ if TYPE_CHECKING:
 _WORKER_ENV = {"OMP_NUM_THREADS": "1", "TVM_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 LOG_LIMIT = 8 << 20  # a worker log past this is cut at the next call
 START_TRIES = 5  # starts of a worker that keeps dying before its hello (see `WorkerHandle.start`)
+# One backend's warm-up (three runs of a 3-node model, natively): past this it is hung there
+# and left out of later warm-ups, so a backend that hangs on the fixed model costs a campaign
+# this once rather than a worker start's whole limit.
+WARM_UP_TIMEOUT_S = 120.0
 _TEST_START = ("prepare", "propose", "generate", "export")  # a test's first request: where a worker is recycled
 
 
@@ -74,6 +78,7 @@ class WorkerHandle:
         recycle_after: int = 0,
         max_rss_mb: int = 0,
         plugins: list[str] | None = None,
+        warm_up_timeout_s: float = WARM_UP_TIMEOUT_S,
     ) -> None:
         self.backends = backends
         # Plug-in modules the worker imports without serving their backends (a generator's: what
@@ -93,6 +98,8 @@ class WorkerHandle:
         # started after a crash reads it to run the rest of the test.
         self.held_path = log_path.with_name(log_path.name + ".held")
         self.startup_timeout_s = startup_timeout_s
+        self.warm_up_timeout_s = warm_up_timeout_s
+        self.warm_exports = True  # the warm-up's exports (see `_warm_up`)
         self.proc: subprocess.Popen | None = None
         self.starts = 0
         self.deaths = 0  # crashes and hangs; each is followed by a fresh worker at the next call
@@ -182,13 +189,21 @@ class WorkerHandle:
             raise WorkerStartError(f"{self.collector} collector self-check failed: {how}")
 
     def _warm_up(self) -> None:
-        """Let a measuring worker run set-up code unmeasured (see `Worker.warm_up`). A backend
-        that kills the worker on the warm-up model is left out of later warm-ups."""
-        reply = self.call({"kind": "warm_up", "backends": self.warm_backends}, self.startup_timeout_s)
-        if reply.msg is None:
-            self.deaths -= 1  # a death on the fixed warm-up model is no test's finding
-            self.warm_backends = []
-            self.start()
+        """Let a measuring worker run set-up code unmeasured (see `Worker.warm_up`): the exports
+        first, then each backend in a call of its own. What kills the worker or hangs on the
+        warm-up model (the exports, or one backend) is left out of later warm-ups, alone."""
+        steps = [([], True)] if self.warm_exports else []
+        for step in steps + [([spec], False) for spec in self.warm_backends]:
+            request = {"kind": "warm_up", "backends": step[0], "exports": step[1]}
+            reply = self.call(request, self.warm_up_timeout_s if step[0] else self.startup_timeout_s)
+            if reply.msg is None:
+                self.deaths -= 1  # a death on the fixed warm-up model is no test's finding
+                if step[0]:
+                    self.warm_backends.remove(step[0][0])
+                else:
+                    self.warm_exports = False
+                self.start()  # warms the fresh worker with what is left
+                return
 
     def rss_kb(self) -> int:
         """The worker's resident memory in KiB (0 when none runs)."""
