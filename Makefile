@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# Test processes: files are spread over them, each file's tests run in order in one of them
+TEST_JOBS ?= 2
 FUZZ_ARGS ?= --backends ort,tvm --collector python+binary --time 5m --seed 1 -o corpus/fuzz-$(shell date +%Y%m%d-%H%M%S)
 
 .PHONY: install test lint format fuzz experiment bench clean native-tools instrumented
@@ -17,7 +19,7 @@ install: $(STAMP)
 
 test: native-tools $(STAMP)
 	$(PY) -m ruff check nnsmith_cov tests scripts
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile
 
 lint: $(STAMP)
 	$(PY) -m ruff check nnsmith_cov tests scripts
