@@ -78,6 +78,8 @@ class FlakyCollector(OpCollector):
         return hits + Hits(np.array([FLAKY], np.uint32), np.array([1 << (self.runs % 8)], np.uint32))
 
     def settle(self, first: Hits, again: Any, key: str = "") -> np.ndarray:
+        if again is None:  # the worker's calibration budget is spent
+            return np.zeros(0, np.uint32)
         self.rerun = True
         try:
             second = again()

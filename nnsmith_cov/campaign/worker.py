@@ -33,6 +33,13 @@ from nnsmith_cov.campaign.protocol import (
 
 Emit = Callable[[dict[str, Any]], None]
 
+# Calibration reruns may take at most this share of the worker's other busy time (AFL++ also
+# bounds its calibration: AFL_FAST_CAL). TVM's C++ differs between two runs of one model in tens
+# to hundreds of blocks nearly every time (caches filled by the first run), so a rerun of every
+# test reaching unseen blocks, 96% of them in a TVM campaign, doubled each test's time for flags
+# that only mute hit counts; ORT's runs are short beside the export, and stay nearly all calibrated.
+CALIBRATION_SHARE = 0.25
+
 
 def error_record(stage: str, e: BaseException) -> dict[str, str]:
     cause = e.__cause__ or e
@@ -69,6 +76,9 @@ class Worker:
         # worker that replaces this one after a crash can still run the test's other requests.
         self.held: dict[str, Any] | None = None
         self.held_path = held_path
+        self._warm_model: tuple[Any, dict[str, Any]] | None = None  # see `_warm_up_model`
+        self.busy_s = 0.0  # time spent in requests (`serve`), calibration reruns included
+        self.calibration_s = 0.0  # of that, in calibration reruns (see CALIBRATION_SHARE)
         self.collector = None
         self.collector_error: str | None = None
         if collector:  # before the backends: a native collector's runtime must be loaded first
@@ -148,19 +158,13 @@ class Worker:
         would otherwise also cover one-time set-up code (lazy imports, registries, caches),
         and a test's coverage would depend on whether its worker was fresh."""
         from nnsmith_cov.abstract.op import MAX_OPSET, MIN_OPSET
-        from nnsmith_cov.gen.generator import GenConfig, GenerationError, generate
         from nnsmith_cov.materialize.model_dir import leaf_values
-        from nnsmith_cov.ops import select_ops
 
         done = {"kind": "warm"}
-        try:
-            graph = generate(GenConfig(nodes=3, ops=select_ops(["Add", "MatMul", "Relu"])), 0).graph
-        except GenerationError:
+        model = self._warm_up_model()
+        if model is None:
             return done
-        request = {"graph": graph.to_json(), "seed": 0, "search": {"method": "sampling", "max_iters": 8}}
-        prepared = self.prepare(request, covered=False)
-        if prepared.get("onnx") is None:
-            return done
+        graph, prepared = model
         # The exporter sets itself up anew on its first export at each opset and with symbolic
         # dims: do all of that here too (`graph` itself was exported at MAX_OPSET, static).
         values = leaf_values(graph, decode_arrays(prepared["values"]))
@@ -175,6 +179,24 @@ class Worker:
                     run = {"backend": spec, "opt": opt, "onnx": prepared["onnx"], "inputs": inputs, "roundtrip": trip}
                     self.run(run, covered=False)
         return done
+
+    def _warm_up_model(self) -> tuple[Any, dict[str, Any]] | None:
+        """The fixed warm-up model and its prepared side, made on the first warm-up request and
+        kept: a worker is warmed in one request per backend (see `WorkerHandle._warm_up`)."""
+        from nnsmith_cov.gen.generator import GenConfig, GenerationError, generate
+        from nnsmith_cov.ops import select_ops
+
+        if self._warm_model is None:
+            try:
+                graph = generate(GenConfig(nodes=3, ops=select_ops(["Add", "MatMul", "Relu"])), 0).graph
+            except GenerationError:
+                return None
+            request = {"graph": graph.to_json(), "seed": 0, "search": {"method": "sampling", "max_iters": 8}}
+            prepared = self.prepare(request, covered=False)
+            if prepared.get("onnx") is None:
+                return None
+            self._warm_model = (graph, prepared)
+        return self._warm_model
 
     def collector_info(self) -> dict[str, Any] | None:
         from nnsmith_cov.coverage.collector import CollectorError
@@ -406,15 +428,18 @@ class Worker:
             result = once() if native else self.measured(once, msg["backend"])
         if covered and "hits" in reply and hasattr(self.collector, "settle"):
             first_ms = dict(ms)
-            self._calibrate(reply, once, _input_key(msg), msg["backend"])
+            rerun_ms = self._calibrate(reply, once, _input_key(msg), msg["backend"])
             ms.clear()
             ms.update(first_ms)  # the timings of the run whose outputs are reported
+            if rerun_ms:
+                ms["calibrate"] = rerun_ms  # the test's time in its rerun, a stage of its own
         if "error" in reply:
             return reply
         return reply | {"kind": "outputs", "outputs": encode_arrays(result), "ms": ms}
 
-    def _calibrate(self, reply: dict[str, Any], once: Callable[[], Any], key: str, backend: str) -> None:
-        """Run again what reached unseen blocks; the slots that differ go back as "unstable" (see `settle`)."""
+    def _calibrate(self, reply: dict[str, Any], once: Callable[[], Any], key: str, backend: str) -> float:
+        """Run again what reached unseen blocks, within the budget (CALIBRATION_SHARE); the slots
+        that differ go back as "unstable" (see `settle`). Returns the rerun's ms (0: none)."""
         from nnsmith_cov.coverage.covmap import Hits
 
         collector = self.collector
@@ -432,10 +457,15 @@ class Worker:
             return collector.stop()
 
         t0 = time.perf_counter()
-        flicker = collector.settle(Hits.from_wire(reply["hits"]), again, key)
-        reply["calibration"] = {"ms": (time.perf_counter() - t0) * 1e3, "reran": bool(reran)}
+        within = self.calibration_s <= CALIBRATION_SHARE * (self.busy_s - self.calibration_s)
+        flicker = collector.settle(Hits.from_wire(reply["hits"]), again if within else None, key)
+        took_s = time.perf_counter() - t0
+        if reran:
+            self.calibration_s += took_s
+        reply["calibration"] = {"ms": took_s * 1e3, "reran": bool(reran)}
         if len(flicker):
             reply["unstable"] = flicker.astype("<u4").tobytes()
+        return took_s * 1e3 if reran else 0.0
 
 
 def _input_key(msg: dict[str, Any]) -> str:
@@ -500,8 +530,11 @@ def serve(
         if handler is None:
             emit({"kind": "fault", "message": f"unknown request {msg['kind']!r}"})
             continue
+        t0 = time.perf_counter()
         try:
-            emit(handler(msg))
+            reply = handler(msg)
+            worker.busy_s += time.perf_counter() - t0  # what calibration's budget is a share of
+            emit(reply)
         except Exception as e:  # a fault of ours, not of the system under test: report it, keep serving
             emit({"kind": "fault", "message": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
 

@@ -192,16 +192,17 @@ class WorkerHandle:
         """Let a measuring worker run set-up code unmeasured (see `Worker.warm_up`): the exports
         first, then each backend in a call of its own. What kills the worker or hangs on the
         warm-up model (the exports, or one backend) is left out of later warm-ups, alone."""
-        steps = [([], True)] if self.warm_exports else []
-        for step in steps + [([spec], False) for spec in self.warm_backends]:
-            request = {"kind": "warm_up", "backends": step[0], "exports": step[1]}
-            reply = self.call(request, self.warm_up_timeout_s if step[0] else self.startup_timeout_s)
+        # None stands for the exports; each backend is a step of its own.
+        steps: list[str | None] = ([None] if self.warm_exports else []) + list(self.warm_backends)
+        for spec in steps:
+            request = {"kind": "warm_up", "backends": [] if spec is None else [spec], "exports": spec is None}
+            reply = self.call(request, self.startup_timeout_s if spec is None else self.warm_up_timeout_s)
             if reply.msg is None:
                 self.deaths -= 1  # a death on the fixed warm-up model is no test's finding
-                if step[0]:
-                    self.warm_backends.remove(step[0][0])
-                else:
+                if spec is None:
                     self.warm_exports = False
+                else:
+                    self.warm_backends.remove(spec)
                 self.start()  # warms the fresh worker with what is left
                 return
 

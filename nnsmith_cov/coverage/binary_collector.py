@@ -15,7 +15,9 @@ A process cannot trace itself, so the parent drives Frida into the worker (see
   every backend call of the worker runs on it (`call`), never on the main thread,
   which stays native for the value search, the export and the self-check;
 - calibration: a run that reaches a slot this worker has not seen is run again, and
-  the slots present in one run only are flagged as flaky (AFL++'s calibration). A flaky
+  the slots present in one run only are flagged as flaky (AFL++'s calibration), while the
+  reruns stay within a share of the worker's time (`campaign.worker.CALIBRATION_SHARE`;
+  past it a run is reported uncalibrated and its slots count as seen). A flaky
   slot is still reported whenever a run reaches it: it is code that ran. The campaign
   counts its first reach and never rewards its hit counts (`covmap.VirginMap.flag`).
   Hiding such slots from then on, as this collector once did, erased real coverage at a
@@ -367,11 +369,12 @@ class BinaryCollector:
         index = ((words[inner >> 3] << 3) + (inner & 7)).astype(np.uint32)
         return Hits(index, self.map[index].astype(np.uint32))
 
-    def settle(self, first: Hits, again: Callable[[], Hits], key: str = "") -> np.ndarray:
-        """Calibrate: a run that reached slots this worker never saw is repeated (`again()`), and a
-        run of an input this worker ran lately (same `key`) is compared with that run; slots present
-        in one run only are flaky. Returns the newly flaky slots (the campaign's to weigh: see
-        `covmap.VirginMap.flag`); the first run's hits are reported whole, as they were."""
+    def settle(self, first: Hits, again: Callable[[], Hits] | None, key: str = "") -> np.ndarray:
+        """Calibrate: a run that reached slots this worker never saw is repeated (`again()`; not
+        with `again` None: the worker's calibration budget is spent), and a run of an input this
+        worker ran lately (same `key`) is compared with that run; slots present in one run only are
+        flaky. Returns the newly flaky slots (the campaign's to weigh: see `covmap.VirginMap.flag`);
+        the first run's hits are reported whole, as they were."""
         flicker = np.zeros(0, np.uint32)
         if key in self._recent:
             flicker = sorted_xor(first.index, self._recent.pop(key))
@@ -379,7 +382,7 @@ class BinaryCollector:
             self._recent[key] = first.index
             while len(self._recent) > RECENT_INPUTS:
                 self._recent.popitem(last=False)
-        if len(first) and not self.seen[first.index].all():
+        if again is not None and len(first) and not self.seen[first.index].all():
             second = again()
             flicker = np.union1d(flicker, sorted_xor(first.index, second.index)).astype(np.uint32)
         flicker = flicker[~self.unstable[flicker]]

@@ -130,9 +130,10 @@ class FollowedComposite(CompositeCollector):
     def locate_request(self) -> dict[str, Any]:
         return self.threaded.locate_request()
 
-    def settle(self, first: Hits, again: Callable[[], Hits], key: str = "") -> np.ndarray:
+    def settle(self, first: Hits, again: Callable[[], Hits] | None, key: str = "") -> np.ndarray:
         lo, hi = self._range()
-        flicker = self.threaded.settle(slice_hits(first, lo, hi), lambda: slice_hits(again(), lo, hi), key)
+        part = None if again is None else lambda: slice_hits(again(), lo, hi)
+        flicker = self.threaded.settle(slice_hits(first, lo, hi), part, key)
         return (flicker.astype(np.int64) + lo).astype(np.uint32)
 
     def mask(self, slots: np.ndarray) -> None:

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nnsmith_cov.abstract.choice import ReplayDivergence, Replayed, redraw
+from nnsmith_cov.corpus.records import is_int
 from nnsmith_cov.corpus.seeds import Seed
 from nnsmith_cov.gen.generator import GenConfig, Generated, GenerationError, generate
 
@@ -99,7 +100,7 @@ class Mutation:
         if not isinstance(obj, dict) or set(obj) != names or obj["kind"] not in MUTATIONS:
             raise MutationError("mutation: unexpected fields or kind")
         ints = [obj[k] for k in ("at", "count", "donor_at")] + ([] if obj["donor"] is None else [obj["donor"]])
-        if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in ints):
+        if not all(is_int(x) and x >= 0 for x in ints):
             raise MutationError("mutation: positions must be non-negative integers")
         return Mutation(**obj)
 

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from nnsmith_cov.corpus.records import is_int
 from nnsmith_cov.feedback.mutate import ARMS
 
 
@@ -128,12 +129,12 @@ class Proposal:
         fwd, nodes = obj["forward_prob"], obj["nodes"]
         if not (is_number(fwd) and 0.0 <= fwd <= 1.0):
             raise ValueError("proposal: forward_prob must be a number in [0, 1]")
-        if not (isinstance(nodes, int) and not isinstance(nodes, bool) and nodes >= 1):
+        if not (is_int(nodes) and nodes >= 1):
             raise ValueError("proposal: nodes must be a positive integer")
         if not isinstance(obj["seeded"], bool):
             raise ValueError("proposal: seeded must be a bool")
         cap = obj["grow_max"]
-        if cap is not None and not (isinstance(cap, int) and not isinstance(cap, bool) and cap >= 1):
+        if cap is not None and not (is_int(cap) and cap >= 1):
             raise ValueError("proposal: grow_max must be a positive integer or null")
         return Proposal(
             None if ops is None else {k: float(v) for k, v in ops.items()},

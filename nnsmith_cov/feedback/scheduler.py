@@ -11,6 +11,7 @@ import numpy as np
 
 from nnsmith_cov.abstract.bins import n_bins
 from nnsmith_cov.abstract.op import AttrKind
+from nnsmith_cov.corpus.records import is_int
 from nnsmith_cov.coverage.covmap import Novelty
 from nnsmith_cov.feedback.arms import ArmGroup, Label, Prior
 from nnsmith_cov.feedback.mutate import GROW, SCHEDULED
@@ -305,7 +306,7 @@ class Scheduler:
         self.roundtrip = roundtrip
         self.mutation = mutation
         self.vary = vary  # without feedback: the size drawn uniformly among `sizes` (off-var)
-        if any(not isinstance(c, int) or isinstance(c, bool) or c < 1 for c in caps):
+        if not all(is_int(c) and c >= 1 for c in caps):
             raise ValueError("caps must be positive integers")
         self.caps = tuple(sorted(set(caps)))  # a seeded child's op caps to learn among (two or more)
         # the ops' export-form draws (`abstract.op.export_forms`): label -> option names
@@ -527,7 +528,7 @@ class Scheduler:
         names = cfg["op_names"]
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise ValueError("scheduler state: op_names must be a list of strings")
-        if not all(isinstance(cfg[k], int) and not isinstance(cfg[k], bool) for k in ("nodes", "bins_k", "seed")):
+        if not all(is_int(cfg[k]) for k in ("nodes", "bins_k", "seed")):
             raise ValueError("scheduler state: nodes, bins_k and seed must be integers")
         if not isinstance(cfg["feedback"], bool):
             raise ValueError("scheduler state: feedback must be a bool")
@@ -539,7 +540,7 @@ class Scheduler:
             raise ValueError("scheduler state: forms must map draw labels to lists of option names")
         arms = {"opsets": opsets, "dynamic": cfg["dynamic"], "roundtrip": cfg["roundtrip"], "mutation": cfg["mutation"]}
         caps = cfg["caps"]
-        if not isinstance(caps, list) or not all(isinstance(c, int) and not isinstance(c, bool) for c in caps):
+        if not isinstance(caps, list) or not all(is_int(c) for c in caps):
             raise ValueError("scheduler state: caps must be a list of integers")
         arms |= {"forms": forms, "vary": cfg["vary"], "caps": caps}
         s = cls(names, cfg["nodes"], cfg["bins_k"], cfg["seed"], cfg["feedback"], params, **arms)
@@ -642,7 +643,7 @@ def bin_labels(kind: AttrKind, k: int) -> list[int]:
 
 
 def _index_in(v: Any, options: Sequence[str]) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < len(options)
+    return is_int(v) and 0 <= v < len(options)
 
 
 def _presence(group: ArmGroup, labels: Sequence[Label]) -> np.ndarray | None:
