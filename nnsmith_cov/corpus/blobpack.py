@@ -28,7 +28,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from nnsmith_cov.corpus.records import inflate, pack, unpack
+from nnsmith_cov.corpus.records import inflate, is_int, pack, unpack
 
 RAW, ZLIB, MODEL, DROPPED = b"R", b"Z", b"M", b"X"
 MIN_SPAN = 64  # shorter arrays are not worth a reference: zlib takes them
@@ -132,7 +132,7 @@ def _unpack_model(body: bytes, raw: Mapping[str, bytes]) -> bytes:
         elif (
             isinstance(part, list)
             and len(part) == 2
-            and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in part)
+            and all(is_int(x) and x >= 0 for x in part)
             and part[0] + part[1] <= len(ref)
         ):
             out += ref[part[0] : part[0] + part[1]]

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from nnsmith_cov.corpus.records import is_int
 from nnsmith_cov.coverage.covmap import Hits
 
 FRUITLESS_HALF = 8.0  # children without gain that halve an entry's energy
@@ -53,7 +54,7 @@ class Seed:
             len(gen.get("ops") or ()),
             tuple(pairs),
             try_ok if isinstance(try_ok, str) and set(try_ok) <= {"0", "1"} else "",
-            parent if isinstance(parent, int) and not isinstance(parent, bool) else None,
+            parent if is_int(parent) else None,
             mutation if isinstance(mutation, dict) else None,
         )
 
