@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from nnsmith_cov import flag_values as v
+from nnsmith_cov.campaign.worker import CALIBRATION_SHARE
 from nnsmith_cov.gen.generator import GenConfig
 from nnsmith_cov.stored import SEARCH_METHODS
 
@@ -448,6 +449,17 @@ FLAGS: tuple[Flag, ...] = (
         on("fuzz"),
         choices=("auto", "full"),
         default="auto",
+        on_resume=True,
+    ),
+    Flag(
+        ("--calibration-share",),
+        "binary collector: a worker reruns a run that reached unseen blocks (to flag the flaky ones) while its"
+        f" reruns have taken at most this share of its other busy time (default {CALIBRATION_SHARE}; 0: never,"
+        " inf: every such run)",
+        on("fuzz", "replay"),
+        v.nonneg_float,
+        CALIBRATION_SHARE,
+        metavar="S",
         on_resume=True,
     ),
     Flag(("--no-localize",), "do not re-run failures at O0", on("fuzz", "replay")),

@@ -282,6 +282,7 @@ def test_resume_takes_the_rows_marked_for_it():
         "worker_max_rss_mb",
         "gen_process",
         "coverage_timeout",
+        "calibration_share",
     }
     given = given_flags(
         ["fuzz", "--resume", "x", "--time", "5m", "--workers", "2", "--plugin", "a:B", "--no-su"], "fuzz"

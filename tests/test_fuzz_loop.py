@@ -288,19 +288,23 @@ def test_a_commit_made_beside_the_next_test_stores_what_one_made_at_once_stores(
 def test_a_flaky_branch_is_counted_but_its_hit_counts_keep_no_test(tmp_path):
     """A branch the collector's calibration finds flaky reaches the campaign's coverage and the
     kept tests' hits (it ran), but its changing counts admit no test: with one op only, the
-    first test is the only one kept. Without the flag its counts keep most tests."""
+    first test is the only one kept. Without the flag its counts keep most tests, as they do
+    when `--calibration-share 0` leaves the worker no time for reruns."""
     from fake_coverage import FLAKY
 
     argv = ["--tests", "5", "--backends", "fake_coverage:SigmoidPays", "--feedback", "off", "--no-support"]
     argv += ["--nodes", "2", "--ops", "Add", "--search", "sampling", "--seed", "3"]
     kept = {}
-    for name in ("FlakyCollector", "UncalibratedFlaky"):
+    for name, more in (("FlakyCollector", []), ("UncalibratedFlaky", []), ("no-share", ["--calibration-share", "0"])):
         folder = tmp_path / name
-        assert main(["fuzz", "-o", str(folder), *argv, "--collector", f"fake_coverage:{name}"]) == 0
+        collector = f"fake_coverage:{'FlakyCollector' if more else name}"
+        assert main(["fuzz", "-o", str(folder), *argv, "--collector", collector, *more]) == 0
         tests, _ = stored_records(folder)
         kept[name] = [hits for *_, hits in tests if hits is not None]
         stats = json.loads((folder / "stats.json").read_text())
         assert stats["tests"] == 5 and stats["passed"] == 5
+        assert stats["calibration_share"] == (0.0 if more else 0.25)  # what the numbers were measured with
         assert FLAKY in kept[name][0][0]  # counted: it ran
     assert len(kept["FlakyCollector"]) == 1
     assert len(kept["UncalibratedFlaky"]) >= 3
+    assert len(kept["no-share"]) >= 3

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 
 from nnsmith_cov.bounded_read import unpack_msgpack
+from nnsmith_cov.campaign.worker import CALIBRATION_SHARE
 from nnsmith_cov.campaign.worker_handle import Reply, WorkerFault, WorkerHandle, WorkerStartError
 from nnsmith_cov.flag_values import cluster_parts
 
@@ -126,6 +127,7 @@ class WorkerHost:
             collector=options["collector"],
             cov_targets=options["cov_targets"],
             mem_limit_mb=options["mem_limit_mb"],
+            calibration_share=options.get("calibration_share", CALIBRATION_SHARE),
         )
         # Recycling points (--recycle-after, --worker-max-rss-mb), kept by the hosted handle.
         self.handle.recycle_after = options.get("recycle_after", 0)
@@ -191,6 +193,7 @@ class RayWorkerHandle:
         collector: str = "",
         cov_targets: list[str] | None = None,
         mem_limit_mb: int = 0,
+        calibration_share: float = CALIBRATION_SHARE,
     ) -> None:
         self.backends = backends
         self.collector = collector
@@ -203,6 +206,7 @@ class RayWorkerHandle:
             "collector": collector,
             "cov_targets": list(cov_targets or []),
             "mem_limit_mb": mem_limit_mb,
+            "calibration_share": calibration_share,
         }
         self.recycle_after = self.max_rss_mb = 0  # handed to each new actor's worker (0: never)
         self.actor: Any = None

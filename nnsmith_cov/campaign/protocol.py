@@ -58,7 +58,7 @@ A collector driven from the parent (binary) adds "self_check": true to that, and
       (a fixed model natively and under the collector: bit-identical outputs or no work)
   {"kind": "mask", "slots": <uint32 bytes>} -> {"kind": "masked"}   (flaky slots of earlier workers)
   and "run" replies carry "calibration": {"ms": 88.1, "reran": true} (a rerun's time is also the
-  "calibrate" entry of "ms"; within the worker's budget, `worker.CALIBRATION_SHARE`) and, when
+  "calibrate" entry of "ms"; within the worker's budget, `--calibration-share`) and, when
   calibration found slots newly flaky, "unstable": <uint32 bytes> (they stay in "hits": see
   `covmap.VirginMap.flag`).
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import collections
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from nnsmith_cov.corpus.records import is_int
 
 
 @dataclass
@@ -22,6 +25,7 @@ class RunStats:
     slow: int = 0  # backend runs that timed out under the collector but finished natively
     # per backend, the limit of a run under the collector (`campaign.run_limit`), this process
     run_limits: dict[str, float] = field(default_factory=dict)
+    calibration_share: float | None = None  # the workers' budget for calibration reruns (None: no collector)
     gen_failed: int = 0
     infeasible: int = 0  # graphs the generator dropped as proven to have no NaN/Inf-free values
     internal_errors: int = 0  # tests ended by an exception of nnsmith-cov's own code
@@ -89,7 +93,7 @@ class RunStats:
 
         def num(key: str, default: int = 0) -> int:
             v = before.get(key, default)
-            return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else default
+            return v if is_int(v) and v >= 0 else default
 
         self.executed, self.passed, self.no_values = num("executed"), num("passed"), num("no_values")
         self.slow = num("slow_under_coverage")
@@ -118,6 +122,7 @@ class RunStats:
             "no_values": self.no_values,
             "slow_under_coverage": self.slow,
             "coverage_run_limit_s": {k: round(v, 1) for k, v in sorted(self.run_limits.items())},
+            "calibration_share": "inf" if self.calibration_share == math.inf else self.calibration_share,
             "generation_failed": self.gen_failed,
             "infeasible_dropped": self.infeasible,
             "internal_errors": self.internal_errors,

@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import dataclasses
 import importlib
+import math
 import os
 import resource
 import sys
@@ -33,11 +34,12 @@ from nnsmith_cov.campaign.protocol import (
 
 Emit = Callable[[dict[str, Any]], None]
 
-# Calibration reruns may take at most this share of the worker's other busy time (AFL++ also
-# bounds its calibration: AFL_FAST_CAL). TVM's C++ differs between two runs of one model in tens
-# to hundreds of blocks nearly every time (caches filled by the first run), and 53 of a 10-minute
-# TVM campaign's 61 runs reached unseen blocks: rerunning each doubled a test's time for flags
-# that only mute hit counts. ORT's runs are short beside the export: the budget binds less there.
+# Calibration reruns may take at most this share of the worker's other busy time, by default
+# (`fuzz --calibration-share`; AFL++ also bounds its calibration: AFL_FAST_CAL). TVM's C++
+# differs between two runs of one model in tens to hundreds of blocks nearly every time (caches
+# filled by the first run), and 53 of a 10-minute TVM campaign's 61 runs reached unseen blocks:
+# rerunning each doubled a test's time for flags that only mute hit counts. ORT's runs are short
+# beside the export: the budget binds less there.
 CALIBRATION_SHARE = 0.25
 
 
@@ -66,6 +68,7 @@ class Worker:
         cov_targets: list[str] | None = None,
         ask: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         held_path: str = "",
+        calibration_share: float = CALIBRATION_SHARE,
     ) -> None:
         from nnsmith_cov.backends.registry import declare
         from nnsmith_cov.coverage.collector import CollectorError
@@ -79,6 +82,7 @@ class Worker:
         self._warm_model: tuple[Any, dict[str, Any]] | None = None  # see `_warm_up_model`
         self.busy_s = 0.0  # time spent in requests (`serve`), calibration reruns included
         self.calibration_s = 0.0  # of that, in calibration reruns (see CALIBRATION_SHARE)
+        self.calibration_share = calibration_share  # 0: never rerun; inf: every run that reached unseen slots
         self.collector = None
         self.collector_error: str | None = None
         if collector:  # before the backends: a native collector's runtime must be loaded first
@@ -438,7 +442,7 @@ class Worker:
         return reply | {"kind": "outputs", "outputs": encode_arrays(result), "ms": ms}
 
     def _calibrate(self, reply: dict[str, Any], once: Callable[[], Any], key: str, backend: str) -> float:
-        """Run again what reached unseen blocks, within the budget (CALIBRATION_SHARE); the slots
+        """Run again what reached unseen blocks, within the budget (`calibration_share`); the slots
         that differ go back as "unstable" (see `settle`). Returns the rerun's ms (0: none)."""
         from nnsmith_cov.coverage.covmap import Hits
 
@@ -457,7 +461,9 @@ class Worker:
             return collector.stop()
 
         t0 = time.perf_counter()
-        within = self.calibration_s <= CALIBRATION_SHARE * (self.busy_s - self.calibration_s)
+        share = self.calibration_share
+        spent, other = self.calibration_s, self.busy_s - self.calibration_s
+        within = share > 0 and (math.isinf(share) or spent <= share * other)  # (inf * 0 is nan)
         flicker = collector.settle(Hits.from_wire(reply["hits"]), again if within else None, key)
         took_s = time.perf_counter() - t0
         if reran:
@@ -492,6 +498,7 @@ def serve(
     collector: str = "",
     cov_targets: list[str] | None = None,
     held_path: str = "",
+    calibration_share: float = CALIBRATION_SHARE,
 ) -> int:
     emit = lambda m: write_frame(fd_out, m)
     reader = FrameReader()
@@ -508,7 +515,7 @@ def serve(
                 return msg
             early.append(msg)
 
-    worker = Worker(specs, emit, collector, cov_targets, ask, held_path)
+    worker = Worker(specs, emit, collector, cov_targets, ask, held_path, calibration_share)
     handlers = {
         "hello": worker.hello,
         "prepare": worker.prepare,
@@ -549,6 +556,7 @@ def main() -> int:
     ap.add_argument("--mem-limit-mb", type=int, default=0)
     ap.add_argument("--held", default="", help="where the current test's model side is kept")
     ap.add_argument("--plugins", default="", help="plug-in modules to import, their backends not served")
+    ap.add_argument("--calibration-share", type=float, default=CALIBRATION_SHARE)
     args = ap.parse_args()
     # Crashing the systems under test is the point: a core file per segfault (hundreds of MB
     # each, in the campaign's working folder) would fill the disk over a long campaign.
@@ -564,7 +572,10 @@ def main() -> int:
     split = lambda text: [s for s in text.split(",") if s]
     for module in split(args.plugins):
         importlib.import_module(module)
-    return serve(args.fd_in, args.fd_out, split(args.backends), args.collector, split(args.cov_targets), args.held)
+    targets = split(args.cov_targets)
+    return serve(
+        args.fd_in, args.fd_out, split(args.backends), args.collector, targets, args.held, args.calibration_share
+    )
 
 
 if __name__ == "__main__":

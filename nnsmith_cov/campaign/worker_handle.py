@@ -17,6 +17,7 @@ import numpy as np
 
 from nnsmith_cov.campaign.protocol import FrameReader, ProtocolError, write_frame
 from nnsmith_cov.campaign.resources import rss_kb
+from nnsmith_cov.campaign.worker import CALIBRATION_SHARE
 
 if TYPE_CHECKING:
     from nnsmith_cov.coverage.universe import Universe
@@ -79,6 +80,7 @@ class WorkerHandle:
         max_rss_mb: int = 0,
         plugins: list[str] | None = None,
         warm_up_timeout_s: float = WARM_UP_TIMEOUT_S,
+        calibration_share: float = CALIBRATION_SHARE,
     ) -> None:
         self.backends = backends
         # Plug-in modules the worker imports without serving their backends (a generator's: what
@@ -92,6 +94,7 @@ class WorkerHandle:
         self.mem_limit_mb = mem_limit_mb  # the worker's address-space limit (0: none)
         self.collector = collector
         self.cov_targets = cov_targets or []
+        self.calibration_share = calibration_share  # the worker's budget for calibration reruns
         self.warm_backends = list(backends)
         self.log_path = log_path
         # The current test's model side, written by the worker (see `Worker.propose`): a worker
@@ -154,6 +157,7 @@ class WorkerHandle:
             cmd = [sys.executable, "-m", "nnsmith_cov.campaign.worker", "--fd-in", str(req_r), "--fd-out", str(rep_w)]
             if self.collector:
                 cmd += ["--collector", self.collector, "--cov-targets", ",".join(self.cov_targets)]
+                cmd += ["--calibration-share", repr(self.calibration_share)]
             if self.mem_limit_mb > 0:
                 cmd += ["--mem-limit-mb", str(self.mem_limit_mb)]
             cmd += ["--held", str(self.held_path)]

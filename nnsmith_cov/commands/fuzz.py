@@ -129,6 +129,7 @@ def _new_worker(handle_kind: type, args: argparse.Namespace, run: RunDir, index:
         collector=collector,
         cov_targets=args.cov_targets,
         mem_limit_mb=args.worker_mem_mb or 0,
+        calibration_share=args.calibration_share,
     )
     recycling(worker, args.recycle_after, args.worker_max_rss_mb)
     return worker
@@ -184,6 +185,7 @@ def _started_fuzzer(
         fuzzer = kind(fuzz_cfg, run, worker, lambda ev: print_event(console, ev), corpus=True)
         fuzzer.ledger.max_corpus_bytes = args.max_corpus_mb << 20  # the disk budget (corpus/budget.py)
         fuzzer.run_limits.calibrate = args.coverage_timeout == "auto"
+        fuzzer.stats.calibration_share = args.calibration_share if plan.collector else None  # (stats.json)
         if not args.no_support:  # refusals learned go back to the probe's cache for the next campaign
             from nnsmith_cov.campaign.op_support import default_cache_dir
 

@@ -16,7 +16,7 @@ A process cannot trace itself, so the parent drives Frida into the worker (see
   which stays native for the value search, the export and the self-check;
 - calibration: a run that reaches a slot this worker has not seen is run again, and
   the slots present in one run only are flagged as flaky (AFL++'s calibration), while the
-  reruns stay within a share of the worker's time (`campaign.worker.CALIBRATION_SHARE`;
+  reruns stay within a share of the worker's time (`--calibration-share`, default 0.25;
   past it a run is reported uncalibrated and its slots count as seen). A flaky
   slot is still reported whenever a run reaches it: it is code that ran. The campaign
   counts its first reach and never rewards its hit counts (`covmap.VirginMap.flag`).

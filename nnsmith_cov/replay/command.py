@@ -60,8 +60,12 @@ def main(args: argparse.Namespace) -> int:
         make_folder(args.output, "-o")  # after every check: a refused replay writes nothing
         from nnsmith_cov.campaign.worker_handle import WorkerHandle
 
-        worker = WorkerHandle(args.backends, run.worker_log(0), collector=args.collector, cov_targets=args.cov_targets)
+        collector, share = args.collector, args.calibration_share
+        worker = WorkerHandle(
+            args.backends, run.worker_log(0), collector=collector, cov_targets=args.cov_targets, calibration_share=share
+        )
         replayer = Replayer(settings, run, worker, lambda ev: _print_event(console, ev), seed=args.seed)
+        replayer.stats.calibration_share = share  # (stats.json; a replay always has a collector)
         try:
             with console.status("starting the worker and measuring the branch universe"):
                 replayer.start(config)
