@@ -14,7 +14,8 @@ each mode's seeds compared with each other as the modes are, the ratios chance a
 where each mode's unique branches came from: the corpus entries that first reached them, the
 largest of those finds, the unique ratio without each side's five largest, and how the tests
 that reached them were made: fresh, grown from a kept test or mutated, beside each origin's
-share of the corpus),
+share of the corpus), and with two seeds or more each pair's A12 and Mann-Whitney p over the
+seeds' final totals (FuzzBench's yardsticks; two seeds can never reach p < 0.05),
 coverage-time.png (every mode of every seed), and per seed `nnsmith-cov report`'s table and
 figures (seed-S/report).
 
@@ -188,6 +189,22 @@ class Trimmed:
 TOP = 5  # the largest finds left out of the trimmed unique ratio
 
 
+@dataclass(frozen=True)
+class AcrossSeeds:
+    """A pair's final totals over all seeds, as FuzzBench compares fuzzers: the Vargha-Delaney
+    A12 effect size (the chance that a campaign of the first mode ends above one of the other,
+    ties half) and the two-sided Mann-Whitney U test's p-value. With n campaigns a side the
+    smallest p the exact test can give is `min_p` (n = 2: 0.33): a table of two seeds can show
+    an effect, never its significance."""
+
+    first: str
+    other: str
+    seeds: int
+    a12: float
+    p: float
+    min_p: float
+
+
 def parse_seeds(text: str) -> list[int]:
     """ "1,2" or "1-3" (or a mix) to distinct non-negative seeds in order."""
     seeds: list[int] = []
@@ -246,6 +263,24 @@ def ratios(seed: int, runs: Mapping[str, Run], first: str) -> list[Ratio]:
                 b.tests,
             )
         )
+    return out
+
+
+def across_seeds(rows: Sequence[Ratio]) -> list[AcrossSeeds]:
+    """Per pair, A12 and the Mann-Whitney U test over the seeds' final totals (two seeds or more)."""
+    from scipy.stats import mannwhitneyu
+
+    out = []
+    for pair in dict.fromkeys((r.first, r.other) for r in rows):
+        mine = [r for r in rows if (r.first, r.other) == pair]
+        if len(mine) < 2:
+            continue
+        a, b = [r.first_total for r in mine], [r.other_total for r in mine]
+        a12 = sum((x > y) + 0.5 * (x == y) for x in a for y in b) / (len(a) * len(b))
+        p = float(mannwhitneyu(a, b, alternative="two-sided").pvalue)  # (scipy: exact for few seeds and no ties)
+        apart = [*range(len(a), 2 * len(a))], [*range(len(a))]  # every first above every other
+        least = float(mannwhitneyu(*apart, alternative="two-sided", method="exact").pvalue)
+        out.append(AcrossSeeds(*pair, len(mine), a12, p, least))
     return out
 
 
@@ -430,6 +465,13 @@ def table(rows: Sequence[Ratio]) -> str:
     return "\n".join(_markdown([*header, "goals met"], body))
 
 
+def across_table(rows: Sequence[AcrossSeeds]) -> str:
+    """A12 and the Mann-Whitney p of each pair over the seeds, as a Markdown table."""
+    header = ["pair", "seeds", "A12 of total branches", "Mann-Whitney p (two-sided)", "smallest p possible"]
+    body = [[f"{r.first} / {r.other}", r.seeds, f"{r.a12:.2f}", f"{r.p:.2f}", f"{r.min_p:.2f}"] for r in rows]
+    return "\n".join(_markdown(header, body)) if rows else ""
+
+
 def headroom_table(rows: Sequence[Headroom]) -> str:
     """The pool, each pair's shares of it and the total-ratio ceiling, as a Markdown table."""
     if not rows:
@@ -498,10 +540,13 @@ class Yardsticks:
     spread: Sequence[SeedSpread] = ()
     finds: Sequence[Finds] = ()
     trims: Sequence[Trimmed] = ()
+    across: Sequence[AcrossSeeds] = ()
 
 
 def summary_md(rows: Sequence[Ratio], sticks: Yardsticks = Yardsticks()) -> str:
     parts = [table(rows)]
+    if sticks.across:
+        parts += ["## Over the seeds", across_table(sticks.across)]
     if sticks.room:
         parts += ["## Headroom", headroom_table(sticks.room)]
     if sticks.spread:
@@ -524,6 +569,7 @@ def write_tables(out: Path, rows: Sequence[Ratio], sticks: Yardsticks = Yardstic
     body = {
         "goals": GOALS,
         "ratios": [asdict(r) | {"met": r.met()} for r in rows],
+        "across_seeds": [asdict(r) for r in sticks.across],
         "headroom": [asdict(r) for r in sticks.room],
         "seed_spread": [asdict(r) for r in sticks.spread],
         "finds": [asdict(r) for r in sticks.finds],
@@ -708,7 +754,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not args.no_report:
                 report(folders, args.out / f"seed-{seed}" / "report")
         first = args.modes[0]
-        sticks = Yardsticks(headroom(per_seed, first), seed_spread(per_seed), finds, trimmed(finds, first))
+        room = headroom(per_seed, first)
+        sticks = Yardsticks(room, seed_spread(per_seed), finds, trimmed(finds, first), across_seeds(rows))
         write_tables(args.out, rows, sticks)
         print("\n" + summary_md(rows, sticks))
         figure = plot(args.out, per_seed)

@@ -154,6 +154,23 @@ def test_tables_list_each_seed_and_the_geometric_mean(bench, tmp_path):
     assert bench.geomean([2.0, 0.5, None, math.inf]) == pytest.approx(1.0) and bench.geomean([None]) is None
 
 
+def test_over_the_seeds_a_pair_gets_its_effect_size_and_the_smallest_p_its_seeds_allow(bench, tmp_path):
+    def pair(seed: int, on: int, off: int):
+        return bench.Ratio(seed, "on", "off-var", on / off, None, None, on, off, 0, 0)
+
+    rows = [pair(1, 12, 10), pair(2, 13, 11), pair(3, 14, 9)]  # every `on` above every `off-var`
+    (over,) = bench.across_seeds(rows)
+    assert over.seeds == 3 and over.a12 == 1.0 and over.p == pytest.approx(0.1) and over.min_p == pytest.approx(0.1)
+    (mixed,) = bench.across_seeds([pair(1, 10, 12), pair(2, 11, 11), pair(3, 14, 9)])
+    assert mixed.a12 == pytest.approx((0 + 0 + 1 + 0 + 0.5 + 1 + 1 + 1 + 1) / 9) and mixed.p > over.p
+    two = bench.across_seeds(rows[:2])[0]
+    assert two.min_p == pytest.approx(1 / 3) and two.p == pytest.approx(1 / 3)  # two seeds: never below 0.33
+    assert bench.across_seeds(rows[:1]) == []  # one seed: nothing to test
+    bench.write_tables(tmp_path, rows, bench.Yardsticks(across=[over]))
+    assert "| on / off-var | 3 | 1.00 | 0.10 | 0.10 |" in (tmp_path / "summary.md").read_text()
+    assert json.loads((tmp_path / "summary.json").read_text())["across_seeds"][0]["a12"] == 1.0
+
+
 @pytest.mark.slow
 def test_two_tiny_campaigns_run_in_parallel_and_are_reported(bench, tmp_path, monkeypatch, capsys):
     tests_dir = str(Path(__file__).parent)
