@@ -12,7 +12,6 @@ import argparse
 import contextlib
 import dataclasses
 import importlib
-import math
 import os
 import resource
 import sys
@@ -461,9 +460,8 @@ class Worker:
             return collector.stop()
 
         t0 = time.perf_counter()
-        share = self.calibration_share
-        spent, other = self.calibration_s, self.busy_s - self.calibration_s
-        within = share > 0 and (math.isinf(share) or spent <= share * other)  # (inf * 0 is nan)
+        share, spent = self.calibration_share, self.calibration_s
+        within = share > 0 and spent / share <= self.busy_s - spent  # (divided: an inf share is always within)
         flicker = collector.settle(Hits.from_wire(reply["hits"]), again if within else None, key)
         took_s = time.perf_counter() - t0
         if reran:
