@@ -5,10 +5,14 @@ types of each model it loads; `OpCollector` (collector `fake_coverage:OpCollecto
 reports, per test, one branch per op type seen and, when a Sigmoid was among them,
 a branch no test reached before. So only tests holding a Sigmoid keep finding new
 coverage, deterministically.
+
+`FollowedCollector` runs measured calls on a thread of its own, as the binary collector
+does, and the `_Recorded` backends note (in `EVENTS`) on which thread they were loaded.
 """
 
 from __future__ import annotations
 
+import threading
 import zlib
 from typing import Any
 
@@ -100,3 +104,63 @@ class UncalibratedFlaky(FlakyCollector):
 
     def settle(self, first: Hits, again: Any, key: str = "") -> np.ndarray:
         return np.zeros(0, np.uint32)
+
+
+# -- a collector driven from the parent, with a thread of its own (as the binary one) ----------------
+
+EVENTS: list[tuple[str, ...]] = []  # what the worker did while starting, in order, with the thread
+
+
+def _event(*what: str) -> None:
+    EVENTS.append((*what, threading.current_thread().name))
+
+
+class FollowedCollector(OpCollector):
+    """OpCollector whose measured calls run on a thread of its own, started at `follow_request`
+    and replaced at `locate_request`, as the binary collector's import and measuring threads."""
+
+    name = "fake-followed"
+
+    def follow_request(self) -> dict[str, Any]:
+        _event("follow")
+        self.thread = "nncov-import"
+        return {"kind": "attach", "phase": "follow"}
+
+    def locate_request(self) -> dict[str, Any]:
+        _event("locate")
+        self.thread = "nncov-measure"
+        return {"kind": "attach", "phase": "locate"}
+
+    def call(self, fn: Any, backend: str = "") -> Any:
+        box: list[Any] = []
+        t = threading.Thread(target=lambda: box.append(fn()), name=self.thread)
+        t.start()
+        t.join()
+        return box[0]
+
+
+class _Recorded(OrtBackend):
+    def unavailable(self) -> str | None:
+        _event("import", type(self).__name__)
+        return super().unavailable()
+
+
+class LibrariesAlone(_Recorded):
+    """Loads its libraries without its package (as TVM does)."""
+
+    @staticmethod
+    def load_libraries() -> None:
+        _event("load_libraries", "LibrariesAlone")
+
+
+class LibrariesFail(_Recorded):
+    """Says it can load its libraries alone, but they are not found."""
+
+    @staticmethod
+    def load_libraries() -> None:
+        _event("load_libraries", "LibrariesFail")
+        raise OSError("libmissing.so: cannot open shared object file")
+
+
+class NoLibraries(_Recorded):
+    """Has no `load_libraries`: imported whole on the followed thread (as ORT)."""

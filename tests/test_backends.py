@@ -3,6 +3,10 @@ errors carry their stage; the registry resolves names and plug-ins."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import numpy as np
 import onnx
 import pytest
@@ -99,6 +103,35 @@ def test_tvm_returns_constant_int64_outputs_as_arrays():
     out = backend.run(backend.compile(backend.load(model.SerializeToString()), Opt.OPT), {"x": np.ones(2, np.float32)})
     assert out["n"].dtype == np.int64
     np.testing.assert_array_equal(out["n"], [4, -5, 6, 8, -10, 12])
+
+
+_LOAD_LIBRARIES_CHILD = """
+import json, sys
+from nnsmith_cov.backends.tvm import TvmBackend
+
+def mapped():
+    with open("/proc/self/maps") as f:
+        return sorted({line.split()[-1] for line in f if line.rstrip().endswith(".so") and "/libtvm_" in line})
+
+TvmBackend.load_libraries()
+alone, package = mapped(), "tvm" in sys.modules
+import tvm.relax
+print(json.dumps({"alone": alone, "package": package, "after": mapped(), "op": tvm.relax.op.add.__name__}))
+"""
+
+
+def test_tvm_loads_its_libraries_alone_where_its_package_then_finds_them():
+    """`load_libraries` (run on the binary collector's followed thread) maps the runtime and the
+    compiler without importing `tvm`, and the package's own import afterwards uses those: the
+    same files, not a second copy of the compiler beside the followed one."""
+    pytest.importorskip("tvm")
+    out = subprocess.run([sys.executable, "-c", _LOAD_LIBRARIES_CHILD], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert not got["package"] and got["op"] == "add"
+    for lib in ("libtvm_runtime.so", "libtvm_compiler.so"):
+        alone, after = ([p for p in got[k] if p.endswith("/" + lib)] for k in ("alone", "after"))
+        assert len(alone) == 1 and after == alone, lib
 
 
 def test_tvm_compiles_its_module_printed_and_parsed_back():

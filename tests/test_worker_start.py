@@ -1,10 +1,15 @@
-"""A worker that dies while starting (before its hello) is started again, a few times."""
+"""A worker that dies while starting (before its hello) is started again, a few times; what
+a worker under a collector that follows a thread loads on that thread."""
 
 from __future__ import annotations
 
+import threading
+
+import fake_coverage
 import pytest
 from faulty_backends import START_DEATHS_ENV
 
+from nnsmith_cov.campaign.worker import Worker
 from nnsmith_cov.campaign.worker_handle import START_TRIES, WorkerHandle, WorkerStartError
 
 SPEC = "faulty_backends:DiesWhileStarting"
@@ -50,3 +55,26 @@ def test_a_backend_that_hangs_or_dies_on_the_warm_up_model_is_left_out_of_warm_u
         assert w.warm_backends == ["ort"] and w.starts == starts + 1 and w.deaths == 0
     finally:
         w.close()
+
+
+def test_a_backend_that_loads_its_libraries_alone_imports_its_package_natively_after_the_follow():
+    """Under a collector that follows a thread (the binary one), the followed import thread loads
+    only the libraries of a backend that can (`load_libraries`: TVM), and its package is imported
+    on the worker's own thread once the measuring thread is located (Frida made TVM's Python
+    import ten times slower). A backend without the method, or whose method fails, is imported
+    whole on the followed thread, as before."""
+    fake_coverage.EVENTS.clear()
+    specs = [f"fake_coverage:{c}" for c in ("LibrariesAlone", "LibrariesFail", "NoLibraries")]
+    collector = "fake_coverage:FollowedCollector"
+    worker = Worker(specs, emit=lambda _: None, collector=collector, ask=lambda _: {"kind": "attached"})
+    assert worker.collector_error is None and set(worker.backends) == set(specs) and not worker.unavailable
+    main = threading.current_thread().name
+    assert fake_coverage.EVENTS == [
+        ("follow", main),
+        ("load_libraries", "LibrariesAlone", "nncov-import"),
+        ("load_libraries", "LibrariesFail", "nncov-import"),
+        ("import", "LibrariesFail", "nncov-import"),
+        ("import", "NoLibraries", "nncov-import"),
+        ("locate", main),
+        ("import", "LibrariesAlone", main),
+    ]

@@ -70,6 +70,10 @@ class Backend(Protocol):
     # Optional: `roundtrip(model) -> model`, the imported model printed in the backend's text
     # form and parsed back; raises BackendError(ROUNDTRIP). Tests whose graph asks for it
     # (GraphIR.roundtrip) compile what the parser made (see `has_roundtrip`).
+    # Optional: `load_libraries()`, a static method: load the shared objects of the backend's
+    # compiled code as its package would, without importing the package; raises anything on
+    # failure. A binary collector's worker runs it on the followed import thread and imports
+    # the package natively afterwards (see `campaign.worker`).
 
 
 def has_roundtrip(backend: Any) -> bool:

@@ -43,6 +43,32 @@ class TvmBackend:
     def version(self) -> str:
         return module_version("tvm")
 
+    @staticmethod
+    def load_libraries() -> None:
+        """libtvm_runtime and libtvm_compiler, searched for and loaded as `tvm.base` does (its
+        search path, its load modes), without importing TVM's package: `import tvm` later finds
+        them loaded. Under the binary collector the worker's followed import thread runs only
+        this, and TVM's Python import, which Frida made about ten times slower than native, runs
+        natively after (scripts/bench_coverage.py --collector binary --backend tvm)."""
+        import importlib.util
+        from pathlib import Path
+
+        from tvm_ffi.libinfo import load_lib_ctypes
+
+        spec = importlib.util.find_spec("tvm")
+        if spec is None or not spec.submodule_search_locations:
+            raise ImportError("tvm is not installed")
+        # tvm/libinfo.py imports only os, pathlib and tvm_ffi: run it alone, not as part of `tvm`
+        path = Path(next(iter(spec.submodule_search_locations))) / "libinfo.py"
+        info_spec = importlib.util.spec_from_file_location("_nnsmith_cov_tvm_libinfo", path)
+        if info_spec is None or info_spec.loader is None:
+            raise ImportError(f"cannot read {path}")
+        libinfo = importlib.util.module_from_spec(info_spec)
+        info_spec.loader.exec_module(libinfo)
+        where = libinfo.package_lib_paths()
+        load_lib_ctypes("tvm", "tvm_runtime", "RTLD_GLOBAL", extra_lib_paths=where)
+        load_lib_ctypes("tvm", "tvm_compiler", "RTLD_LOCAL", extra_lib_paths=where)
+
     def load(self, onnx_bytes: bytes) -> Any:
         import onnx
         from tvm.relax.frontend.onnx import from_onnx

@@ -97,8 +97,8 @@ class Worker:
             self._load_backends(specs)
 
     def _load_followed(self, specs: list[str], ask: Callable[[dict[str, Any]], dict[str, Any]] | None) -> None:
-        """Under a collector driven from the parent (binary): have the parent follow the measuring
-        thread, import the backends on it (so the agent sees the module load), then say where it lies."""
+        """Under a collector driven from the parent (binary): have the parent follow the import
+        thread, load the backends on it (so the agent sees the module load), then say where it lies."""
         from nnsmith_cov.coverage.collector import CollectorError
 
         collector = self.collector
@@ -116,13 +116,23 @@ class Worker:
         if answer.get("error"):
             self.collector_error = answer["error"]
             return self._load_backends(followed)
-        collector.call(lambda: self._load_backends(followed))
+        # Backends that can load their libraries alone do only that on the followed thread, and
+        # import their packages natively once it is let go (`Backend.load_libraries`).
+        later = collector.call(lambda: self._load_libraries(followed))
         try:
             answer = ask(collector.locate_request())
         except CollectorError as e:
             answer = {"error": str(e)}
         if answer.get("error"):
             self.collector_error = answer["error"]
+        self._load_backends(later)
+
+    def _load_libraries(self, specs: list[str]) -> list[str]:
+        """On the followed import thread: each backend's libraries alone where it can, else the
+        whole backend; returns the backends whose packages are still to import."""
+        later = [spec for spec in specs if _loaded_libraries(spec)]
+        self._load_backends([spec for spec in specs if spec not in later])
+        return later
 
     def measured(self, fn: Callable[[], Any], backend: str = "") -> Any:
         """Run `fn` (a call into `backend`) where the collector sees it: on its measuring thread
@@ -487,6 +497,21 @@ def _tzer_handle(worker: Worker, msg: dict[str, Any]) -> dict[str, Any]:
     from nnsmith_cov.campaign.tir_request import handle
 
     return handle(worker, msg)
+
+
+def _loaded_libraries(spec: str) -> bool:
+    """Whether backend `spec` loaded its libraries without its package (`load_libraries`); False
+    where it has no such method or the method failed: the package's own import then says why."""
+    from nnsmith_cov.backends.registry import backend_class
+
+    try:
+        load = getattr(backend_class(spec), "load_libraries", None)
+        if load is None:
+            return False
+        load()
+    except (ImportError, AttributeError, OSError, RuntimeError):
+        return False
+    return True
 
 
 def serve(

@@ -28,15 +28,18 @@ A process cannot trace itself, so the parent drives Frida into the worker (see
   good while another, luckier one kept them: a third of a "unique" column.
 
 The worker asks the parent to attach twice (`attach_requests`): first to follow the
-thread that imports the backends (on AVX-512 hosts the agent must see the module's CPU
+thread that loads the module (on AVX-512 hosts the agent must see the module's CPU
 feature checks), then, once the module is loaded, to follow a fresh measuring thread
-that counts its blocks. Two threads, each followed once, because a thread followed
-again while parked in code compiled for it before runs that stale code under the new
-follow. ORT runs with one intra-op and one inter-op thread, sequentially
-(`backends.ort`), and TVM with one thread (`TVM_NUM_THREADS=1` in the worker): no pool
-threads, so the followed thread sees their work, all but what ORT now and then runs on
-threads of its own (see calibration above). Code TVM generates at run time is
-placed at fresh addresses by the agent (`binary_agent`).
+that counts its blocks. A backend that can load its libraries alone (TVM:
+`load_libraries`) does only that on the followed thread and imports its Python package
+natively afterwards: following that import too took about 20 s of a TVM worker's 50 s
+start (scripts/bench_coverage.py --collector binary --backend tvm). Two threads, each
+followed once, because a thread followed again while parked in code compiled for it
+before runs that stale code under the new follow. ORT runs with one intra-op and one
+inter-op thread, sequentially (`backends.ort`), and TVM with one thread
+(`TVM_NUM_THREADS=1` in the worker): no pool threads, so the followed thread sees their
+work, all but what ORT now and then runs on threads of its own (see calibration above).
+Code TVM generates at run time is placed at fresh addresses by the agent (`binary_agent`).
 """
 
 from __future__ import annotations
