@@ -71,9 +71,10 @@ class Backend(Protocol):
     # form and parsed back; raises BackendError(ROUNDTRIP). Tests whose graph asks for it
     # (GraphIR.roundtrip) compile what the parser made (see `has_roundtrip`).
     # Optional: `load_libraries()`, a static method: load the shared objects of the backend's
-    # compiled code as its package would, without importing the package; raises anything on
-    # failure. A binary collector's worker runs it on the followed import thread and imports
-    # the package natively afterwards (see `campaign.worker`).
+    # compiled code as its package would, without importing the package; raises ImportError,
+    # OSError or RuntimeError where they cannot be found or loaded alone. A binary collector's
+    # worker runs it on the followed import thread and imports the package natively afterwards
+    # (see `campaign.worker`; a failure there imports the whole package on that thread).
 
 
 def has_roundtrip(backend: Any) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 
 from nnsmith_cov.backends.base import Backend, has_roundtrip
 from nnsmith_cov.coverage.declared import DeclaredBackend
@@ -42,6 +43,15 @@ def native_module(spec: str) -> str | None:
     `native_module`), or None when it does not say or cannot be found."""
     try:
         return getattr(backend_class(spec), "native_module", None)
+    except (ImportError, AttributeError):
+        return None
+
+
+def library_loader(spec: str) -> Callable[[], None] | None:
+    """The backend class's `load_libraries` (its compiled code's shared objects without its
+    package), or None when it has none or cannot be found."""
+    try:
+        return getattr(backend_class(spec), "load_libraries", None)
     except (ImportError, AttributeError):
         return None
 

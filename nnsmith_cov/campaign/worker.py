@@ -501,15 +501,16 @@ def _tzer_handle(worker: Worker, msg: dict[str, Any]) -> dict[str, Any]:
 
 def _loaded_libraries(spec: str) -> bool:
     """Whether backend `spec` loaded its libraries without its package (`load_libraries`); False
-    where it has no such method or the method failed: the package's own import then says why."""
-    from nnsmith_cov.backends.registry import backend_class
+    where it has no such method or the libraries were not found or not loadable alone: the
+    package's own import then says why."""
+    from nnsmith_cov.backends.registry import library_loader
 
+    load = library_loader(spec)
+    if load is None:
+        return False
     try:
-        load = getattr(backend_class(spec), "load_libraries", None)
-        if load is None:
-            return False
         load()
-    except (ImportError, AttributeError, OSError, RuntimeError):
+    except (ImportError, OSError, RuntimeError):
         return False
     return True
 
