@@ -9,7 +9,9 @@ scheduler gives the rewarding arm, as a multiple of its uniform share, in
 windows of the run. The last, "dense", has every test add some branches (tests
 with Conv2d four times as many, as on ORT's binary collector where nearly every
 test is interesting) and compares the ranked reward with the saturating one
-(window 0) and with no feedback: new branches per test and Conv2d's share.
+(window 0) and with no feedback: new branches per test and Conv2d's share. The
+last, "fit", has the rewarding op go in at 4 tries in 100 after a graph's first
+op, and compares the scheduler with and without its pick of the first op.
 
     python scripts/sim_scheduler.py [--tests 2000] [--seeds 3] [--ops 103]
                                     [--discount 0.997] [--prior-tests 4] [--lift-cap 32] [--floor 0.2]
@@ -26,7 +28,7 @@ import numpy as np
 
 from nnsmith_cov.abstract.op import AttrKind
 from nnsmith_cov.coverage.covmap import Novelty
-from nnsmith_cov.feedback import BanditParams, Scheduler
+from nnsmith_cov.feedback import BanditParams, Proposal, Scheduler
 from nnsmith_cov.feedback.simulate import NoveltyRule, Trace, run, run_novelty
 from nnsmith_cov.gen.generator import GenRecord
 
@@ -114,6 +116,7 @@ def main() -> None:
         print()
     dense_scenario(args, names, params, windows)
     bucket_scenario(args, names, params, windows)
+    fit_scenario(args, names, params, windows)
 
 
 def novelty_traces(
@@ -161,6 +164,35 @@ def bucket_scenario(
             f"{op} " + window_means(traces, op_share(op, len(names)), windows, "5.1f") for op in ("Conv2d", "Relu")
         ]
         print(f"  {label:<10}  tests with a new branch {rates}   " + "   ".join(shares))
+
+
+class SharesOnly(Scheduler):
+    """The scheduler without its pick of a fresh graph's first op: every op draw by the shares."""
+
+    def propose(self) -> Proposal:
+        return dataclasses.replace(super().propose(), first_op=None)
+
+
+def fit_scenario(
+    args: argparse.Namespace, names: list[str], params: BanditParams, windows: list[tuple[int, int]]
+) -> None:
+    """An op that pays but rarely fits: a try after the first puts Conv2d in 4 times in 100 (GridSample
+    on ORT: 0.03 % of the ops of off-var's graphs for 0.7 % of the tries), the first op always goes in."""
+
+    def rule(rec: GenRecord, t: int, rng: np.random.Generator) -> Novelty:
+        return Novelty(int(rng.random() < (0.5 if "Conv2d" in rec.ops else 0.02)), 0)
+
+    fit = {"Conv2d": 0.04}
+    print("fit: Conv2d 0.5 else 0.02; a try after the first puts Conv2d in with probability 0.04")
+    variants = (("first op", Scheduler, True), ("shares", SharesOnly, True), ("plain", Scheduler, False))
+    for label, kind, feedback in variants:
+        traces = []
+        for seed in range(args.seeds):
+            s = kind(names, args.nodes, 7, seed, feedback=feedback, params=params)
+            traces.append(run_novelty(s, rule, args.tests, seed=1000 + seed, fit=fit))
+        rates = window_means(traces, lambda tr, lo, hi: tr.rate(lo, hi), windows, "5.3f")
+        held = window_means(traces, lambda tr, lo, hi: tr.held("Conv2d", lo, hi), windows, "5.2f")
+        print(f"  {label:<10}  interesting {rates}   tests holding Conv2d {held}")
 
 
 def dense_scenario(

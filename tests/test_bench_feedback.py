@@ -2,28 +2,21 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-
-SCRIPT = Path(__file__).parent.parent / "scripts" / "bench_feedback.py"
+from scripts_loader import script
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_feedback", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules[spec.name]
+    with script("bench_feedback") as module:
+        yield module
 
 
 def test_seeds_and_modes_are_parsed_and_bad_ones_refused(bench, capsys):

@@ -121,11 +121,12 @@ def test_without_feedback_the_arms_box_says_so():
 def test_a_real_scheduler_summary_fills_the_arms_box():
     arms = Scheduler(["Add", "Relu", "Sigmoid"], 4, 4, 0, feedback=True, opsets=[13, 17, 20], dynamic=True).summary()
     flat = _flat(_text(screen(_stats(), now=720.0, arms=arms)))
-    for row in ("ops", "direction", "sizes", "origin", "opset", "shape", "reward"):
+    for row in ("ops", "first op", "direction", "sizes", "origin", "opset", "shape", "reward"):
         assert f"│ {row} " in flat
     assert "Sigmoid" in flat and "dynamic" in flat
     line = log_line(_stats(), now=720.0, arms=arms)
-    assert "| top ops " in line and "; opset " in line and "; dynamic " in line and "; seeded " in line
+    assert "| top ops " in line and "; first " in line and "; opset " in line and "; dynamic " in line
+    assert "; seeded " in line
 
 
 def test_without_a_collector_there_is_no_coverage_to_show():

@@ -30,6 +30,7 @@ LOG_WIDTH = 1000  # a log console's width: summary tables keep a signature to on
 # The scheduler's groups the screen shows, and their names there.
 ARM_GROUPS = (
     ("op", "ops"),
+    ("first", "first op"),
     ("direction", "direction"),
     ("nodes", "sizes"),
     ("seeded", "origin"),
@@ -302,6 +303,8 @@ def log_line(
         out.append("feedback off")
     else:
         top = [f"top ops {_arms(arms.get('op') or [], 3, ' ')}"]
+        if arms.get("first"):
+            top.append(f"first {_arms(arms['first'], 2, ' ')}")
         if arms.get("opset"):
             top.append(f"opset {_arms(arms['opset'], 2, ' ')}")
         top += [f"{x} {p:.3g}" for x in ("dynamic", "roundtrip", "seeded") if (p := _share(arms, x, x)) is not None]

@@ -107,10 +107,17 @@ class ArmGroup:
         near the uniform share. A `floor` of the mass is spread uniformly, so every
         arm keeps at least floor / len(group).
         """
+        return self.spread(self.lifts(rng, prior, cap), floor)
+
+    def lifts(self, rng: np.random.Generator, prior: Prior, cap: float) -> np.ndarray:
+        """One Thompson sample of every arm's lift, clipped to [1/cap, cap] (see `share`)."""
         a0, b0 = prior
         theta_in = rng.beta(self.hit_in + a0, self.miss_in + b0)
         theta_out = (self.hit_out + a0) / (self.hit_out + self.miss_out + a0 + b0)
-        lift = np.clip(theta_in / theta_out, 1.0 / cap, cap)
+        return np.clip(theta_in / theta_out, 1.0 / cap, cap)
+
+    def spread(self, lift: np.ndarray, floor: float) -> np.ndarray:
+        """Per-draw probabilities proportional to `lift`, a `floor` of the mass spread uniformly."""
         return (1.0 - floor) * lift / lift.sum() + floor / len(self)
 
     def pick(self, rng: np.random.Generator, prior: Prior, floor: float) -> int:

@@ -70,6 +70,7 @@ class Proposal:
     `dynamic_prob` / `roundtrip_prob` None keep the base config's. `mutation`, for a
     seeded test, is how the parent is changed (`feedback.mutate.ARMS`; None: grown), and
     `grow_max` the most ops its child may hold, where the scheduler learns the cap.
+    `first_op` is the op a fresh graph starts with (`GenConfig.first_op`).
     """
 
     op_weights: dict[str, float] | None  # per op spec name
@@ -83,6 +84,7 @@ class Proposal:
     mutation: str | None = None  # a seeded test's mutation operator
     form_weights: dict[str, list[float]] | None = None  # per form draw label, one weight per option
     grow_max: int | None = None  # a seeded test's cap on its child's ops (None: the campaign's only cap)
+    first_op: str | None = None  # the op a fresh graph's first insertion tries (None: drawn by op_weights)
 
     def to_json(self) -> dict[str, Any]:
         obj = dataclasses.asdict(self)
@@ -98,6 +100,8 @@ class Proposal:
             obj = obj | {"form_weights": None}
         if isinstance(obj, dict) and "grow_max" not in obj:  # from before the cap was an arm
             obj = obj | {"grow_max": None}
+        if isinstance(obj, dict) and "first_op" not in obj:  # from before the first op was chosen
+            obj = obj | {"first_op": None}
         if not isinstance(obj, dict) or set(obj) != {f.name for f in dataclasses.fields(Proposal)}:
             raise ValueError("proposal: unexpected fields")
         if obj["mutation"] is not None and obj["mutation"] not in ARMS:
@@ -113,6 +117,8 @@ class Proposal:
                 raise ValueError(f"proposal: {name} must be a number in [0, 1]")
         if ops is not None and not (isinstance(ops, dict) and all(isinstance(k, str) for k in ops)):
             raise ValueError("proposal: op_weights must map names to weights")
+        if obj["first_op"] is not None and not isinstance(obj["first_op"], str):
+            raise ValueError("proposal: first_op must be an op name or null")
         if bins is not None and not (
             isinstance(bins, dict) and all(isinstance(k, str) and isinstance(w, list) for k, w in bins.items())
         ):
@@ -148,6 +154,7 @@ class Proposal:
             obj["mutation"],
             None if forms is None else {k: [float(x) for x in w] for k, w in forms.items()},
             cap,
+            obj["first_op"],
         )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -17,6 +17,7 @@ from nnsmith_cov.gen.generator import GenRecord
 # Attribute draws per inserted op, by kind: every graph has many SIZE dims
 # (placeholder shapes, kernels), few paddings, fewer signed attributes.
 BIN_DRAWS_PER_NODE = {AttrKind.SIZE: 2.0, AttrKind.PAD: 0.3, AttrKind.SIGNED: 0.2}
+MAX_TRIES = 10  # draws per slot of a graph before the slot stays empty (`synthetic_record`'s `fit`)
 
 # P(interesting | record, test number): the environment a simulation runs in.
 Rule = Callable[[GenRecord, int], float]
@@ -31,15 +32,29 @@ def synthetic_record(
     rng: np.random.Generator,
     bins_k: int = 7,
     keep_prob: float = 0.9,
+    fit: Mapping[str, float] | None = None,
 ) -> GenRecord:
     """What a generator following `proposal` could report: ops, directions and bins drawn from its weights.
 
-    Insertion never fails here, so `proposal.nodes` ops are inserted; each bin
-    is kept with probability `keep_prob`, as binning drops what does not fit.
+    The first op is `proposal.first_op` (drawn by its `op_weights` without one) and always
+    goes in, as the generator's first op goes in against a placeholder made for it.
+    Each later slot draws by `op_weights` until an op goes in, op o with probability
+    `fit[o]` (default 1: every try goes in), at most MAX_TRIES times; each bin is kept with
+    probability `keep_prob`, as binning drops what does not fit.
     """
     names = list(op_names)
-    ops = rng.choice(len(names), size=proposal.nodes, p=_normalized(proposal.op_weights, names))
-    forward = rng.random(proposal.nodes) < proposal.forward_prob
+    later = _normalized(proposal.op_weights, names)
+    if proposal.first_op is not None:
+        ops = [names.index(proposal.first_op)]
+    else:
+        ops = [int(rng.choice(len(names), p=later))]
+    for _ in range(proposal.nodes - 1):
+        for _ in range(MAX_TRIES):
+            op = int(rng.choice(len(names), p=later))
+            if fit is None or rng.random() < fit.get(names[op], 1.0):
+                ops.append(op)
+                break
+    forward = rng.random(len(ops)) < proposal.forward_prob
     record = GenRecord(seed=int(rng.integers(2**31)))
     record.ops = [names[i] for i in ops]
     record.directions = ["forward" if f else "backward" for f in forward]
@@ -47,7 +62,7 @@ def synthetic_record(
         labels = bin_labels(kind, bins_k)
         weights = (proposal.bin_weights or {}).get(kind.value)
         p = None if weights is None else np.asarray(weights, float) / sum(weights)
-        for idx in rng.choice(len(labels), size=rng.poisson(per_node * proposal.nodes), p=p):
+        for idx in rng.choice(len(labels), size=rng.poisson(per_node * len(ops)), p=p):
             owner = f"{names[ops[rng.integers(len(ops))]]}#0"
             record.bins.append(BinChoice(owner, "a", kind.value, labels[idx], bool(rng.random() < keep_prob)))
     # The export plan, drawn only where there is a choice (so plain proposals replay as before).
@@ -70,6 +85,11 @@ class Trace:
     proposals: list[Proposal] = field(default_factory=list)
     interesting: list[bool] = field(default_factory=list)
     added: list[int] = field(default_factory=list)  # new branches per test
+    ops: list[frozenset[str]] = field(default_factory=list)  # the ops each test's graph held
+
+    def held(self, name: str, lo: int = 0, hi: int | None = None) -> float:
+        """Share of tests whose graph held op `name`."""
+        return float(np.mean([name in ops for ops in self.ops[lo:hi]]))
 
     def op_prob(self, name: str, lo: int = 0, hi: int | None = None) -> float:
         """Mean per-insertion probability of op `name`."""
@@ -107,23 +127,28 @@ class Trace:
         return float(np.mean(self.interesting[lo:hi]))
 
 
-def run(scheduler: Scheduler, rule: Rule, tests: int, seed: int) -> Trace:
-    """Propose, synthesize a record, reward it by `rule` (a new branch or nothing), observe; `tests` times."""
-    return run_novelty(scheduler, lambda record, t, rng: Novelty(int(rng.random() < rule(record, t)), 0), tests, seed)
+def run(scheduler: Scheduler, rule: Rule, tests: int, seed: int, fit: Mapping[str, float] | None = None) -> Trace:
+    """Propose, synthesize a record, reward it by `rule` (a new branch or nothing), observe; `tests` times.
+    `fit`: per op, the chance that a try after the first goes in (`synthetic_record`)."""
+    novelty = lambda record, t, rng: Novelty(int(rng.random() < rule(record, t)), 0)  # noqa: E731
+    return run_novelty(scheduler, novelty, tests, seed, fit)
 
 
-def run_novelty(scheduler: Scheduler, rule: NoveltyRule, tests: int, seed: int) -> Trace:
+def run_novelty(
+    scheduler: Scheduler, rule: NoveltyRule, tests: int, seed: int, fit: Mapping[str, float] | None = None
+) -> Trace:
     """As `run`, with `rule` saying what each test adds."""
     rng = np.random.default_rng(seed)
     trace = Trace(scheduler.op_names, scheduler.bins_k)
     for t in range(tests):
         proposal = scheduler.propose()
-        record = synthetic_record(proposal, scheduler.op_names, rng, scheduler.bins_k)
+        record = synthetic_record(proposal, scheduler.op_names, rng, scheduler.bins_k, fit=fit)
         novelty = rule(record, t, rng)
         scheduler.observe(proposal, record, novelty)
         trace.proposals.append(proposal)
         trace.interesting.append(novelty.interesting)
         trace.added.append(novelty.new_branches)
+        trace.ops.append(frozenset(record.ops))
     return trace
 
 

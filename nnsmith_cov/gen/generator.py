@@ -47,6 +47,12 @@ class GenConfig:
     nodes: int = 10
     ops: Sequence[type[OpSpec]] = ()
     op_weights: Mapping[str, float] | None = None
+    # The op the first insertion tries, where it exports at the graph's opset (None, or an op
+    # that does not export there: drawn by `op_weights` as the others are). The first op is
+    # inserted against a placeholder made to fit it and nearly always goes in; a later try
+    # lands only where a value fits, and an op such as GridSample goes in a few times in a
+    # hundred tries: the weights set how often an op is tried, this how often a graph holds it.
+    first_op: str | None = None
     forward_prob: float = 0.5
     binning: bool = True
     bins: int = 7
@@ -493,10 +499,14 @@ def _generate(
     if not ops:
         raise GenerationError(f"no operator exports at opset {b.opset}")
     weights = [cfg.op_weights.get(o.name(), 1.0) for o in ops] if cfg.op_weights else None
+    first_weights = weights
+    if cfg.first_op is not None and any(o.name() == cfg.first_op for o in ops):
+        # all weight on it, as a bridge's op: the try still starts with an "op" draw
+        first_weights = [float(o.name() == cfg.first_op) for o in ops]
     try:
         # The first op and direction are drawn before the first placeholder, whose
         # dtype then fits that op on the side it is inserted from.
-        pending = (draw.choice("op", ops, weights), draw.coin("forward", cfg.forward_prob))
+        pending = (draw.choice("op", ops, first_weights), draw.coin("forward", cfg.forward_prob))
         side = 0 if pending[1] else 1
         sigs = [s for s in pending[0].sigs if b.exportable(pending[0], s[0][0])]
         dtypes = sorted({d for s in sigs for d in s[side]}, key=lambda d: d.value)
