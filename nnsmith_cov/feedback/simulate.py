@@ -130,7 +130,10 @@ class Trace:
 def run(scheduler: Scheduler, rule: Rule, tests: int, seed: int, fit: Mapping[str, float] | None = None) -> Trace:
     """Propose, synthesize a record, reward it by `rule` (a new branch or nothing), observe; `tests` times.
     `fit`: per op, the chance that a try after the first goes in (`synthetic_record`)."""
-    novelty = lambda record, t, rng: Novelty(int(rng.random() < rule(record, t)), 0)  # noqa: E731
+
+    def novelty(record: GenRecord, t: int, rng: np.random.Generator) -> Novelty:
+        return Novelty(int(rng.random() < rule(record, t)), 0)
+
     return run_novelty(scheduler, novelty, tests, seed, fit)
 
 
