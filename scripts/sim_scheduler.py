@@ -28,8 +28,8 @@ import numpy as np
 
 from nnsmith_cov.abstract.op import AttrKind
 from nnsmith_cov.coverage.covmap import Novelty
-from nnsmith_cov.feedback import BanditParams, Proposal, Scheduler
-from nnsmith_cov.feedback.simulate import NoveltyRule, Trace, run, run_novelty
+from nnsmith_cov.feedback import BanditParams, Scheduler
+from nnsmith_cov.feedback.simulate import NoveltyRule, SharesOnly, Trace, run, run_novelty
 from nnsmith_cov.gen.generator import GenRecord
 
 
@@ -166,21 +166,14 @@ def bucket_scenario(
         print(f"  {label:<10}  tests with a new branch {rates}   " + "   ".join(shares))
 
 
-class SharesOnly(Scheduler):
-    """The scheduler without its pick of a fresh graph's first op: every op draw by the shares."""
-
-    def propose(self) -> Proposal:
-        return dataclasses.replace(super().propose(), first_op=None)
-
-
 def fit_scenario(
     args: argparse.Namespace, names: list[str], params: BanditParams, windows: list[tuple[int, int]]
 ) -> None:
     """An op that pays but rarely fits: a try after the first puts Conv2d in 4 times in 100 (GridSample
     on ORT: 0.03 % of the ops of off-var's graphs for 0.7 % of the tries), the first op always goes in."""
 
-    def rule(rec: GenRecord, t: int, rng: np.random.Generator) -> Novelty:
-        return Novelty(int(rng.random() < (0.5 if "Conv2d" in rec.ops else 0.02)), 0)
+    def conv(rec: GenRecord, t: int) -> float:
+        return 0.5 if "Conv2d" in rec.ops else 0.02
 
     fit = {"Conv2d": 0.04}
     print("fit: Conv2d 0.5 else 0.02; a try after the first puts Conv2d in with probability 0.04")
@@ -189,7 +182,7 @@ def fit_scenario(
         traces = []
         for seed in range(args.seeds):
             s = kind(names, args.nodes, 7, seed, feedback=feedback, params=params)
-            traces.append(run_novelty(s, rule, args.tests, seed=1000 + seed, fit=fit))
+            traces.append(run(s, conv, args.tests, seed=1000 + seed, fit=fit))
         rates = window_means(traces, lambda tr, lo, hi: tr.rate(lo, hi), windows, "5.3f")
         held = window_means(traces, lambda tr, lo, hi: tr.held("Conv2d", lo, hi), windows, "5.2f")
         print(f"  {label:<10}  interesting {rates}   tests holding Conv2d {held}")

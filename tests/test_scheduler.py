@@ -13,7 +13,7 @@ from nnsmith_cov.abstract.bins import n_bins
 from nnsmith_cov.abstract.op import AttrKind
 from nnsmith_cov.coverage.covmap import Novelty
 from nnsmith_cov.feedback import BanditParams, Proposal, Scheduler, reward_of
-from nnsmith_cov.feedback.simulate import run, synthetic_record
+from nnsmith_cov.feedback.simulate import SharesOnly, run, synthetic_record
 from nnsmith_cov.gen.binning import BinChoice, weights_for
 from nnsmith_cov.gen.generator import GenConfig, GenRecord, generate
 from nnsmith_cov.ops import ALL_OPS, op_by_name
@@ -50,18 +50,11 @@ def test_a_rewarding_op_rises_well_above_the_others():
     assert trace.rate(200) > 2 * plain.rate(200)
 
 
-class NoFirstOp(Scheduler):
-    """The scheduler as it was before the first op had its own weights: every op draw by the op shares."""
-
-    def propose(self) -> Proposal:
-        return dataclasses.replace(super().propose(), first_op=None)
-
-
 def test_a_rewarding_op_that_rarely_fits_is_held_by_many_more_tests_through_the_first_op():
     # Conv2d pays, but a try after the first puts it in 3 times in 100 (GridSample on ORT: ~4)
     fit = {"Conv2d": 0.03}
     first = run(Scheduler(NAMES, 10, seed=3), conv_rule, 600, seed=3, fit=fit)
-    shares = run(NoFirstOp(NAMES, 10, seed=3), conv_rule, 600, seed=3, fit=fit)
+    shares = run(SharesOnly(NAMES, 10, seed=3), conv_rule, 600, seed=3, fit=fit)
     plain = run(Scheduler(NAMES, 10, seed=3, feedback=False), conv_rule, 600, seed=3, fit=fit)
     assert first.held("Conv2d", 300, 600) > 2.0 * shares.held("Conv2d", 300, 600)
     assert plain.held("Conv2d", 300, 600) < 0.1

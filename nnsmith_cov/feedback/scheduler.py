@@ -644,20 +644,23 @@ class Scheduler:
                 probs = np.mean(
                     [g.share(rng, prior, p.lift_cap, p.floor) for _ in range(_SUMMARY_SAMPLES // 8)], axis=0
                 )
-            order = sorted(range(len(g)), key=lambda i: (-probs[i], i))[:top]
-            out[name] = [[g.labels[i], round(float(probs[i]), 4)] for i in order]
+            out[name] = _top_arms(g, probs, top)
         if self.feedback:  # the first op of a fresh graph: Thompson's pick (`_propose`), else drawn
             g = self.groups["op"]
             picks = [int(np.argmax(g.lifts(rng, prior, p.lift_cap))) for _ in range(_SUMMARY_SAMPLES)]
-            probs = (1.0 - p.floor) * np.bincount(picks, minlength=len(g)) / _SUMMARY_SAMPLES
-            order = sorted(range(len(g)), key=lambda i: (-probs[i], i))[:top]
-            out["first"] = [[g.labels[i], round(float(probs[i]), 4)] for i in order]
+            out["first"] = _top_arms(g, (1.0 - p.floor) * np.bincount(picks, minlength=len(g)) / _SUMMARY_SAMPLES, top)
         if not self.feedback and not self.vary:
             out["nodes"] = [[self.nodes, 1.0]]  # the configured size, arm or not
         return out
 
 
 # -- helpers ----------------------------------------------------------------------------------
+def _top_arms(group: ArmGroup, probs: np.ndarray, top: int) -> list[list[Any]]:
+    """The `top` arms of `group` by `probs` (ties by position), as [label, probability] pairs."""
+    order = sorted(range(len(group)), key=lambda i: (-probs[i], i))[:top]
+    return [[group.labels[i], round(float(probs[i]), 4)] for i in order]
+
+
 ARMS_BEFORE_7 = (GROW, "op_swap", "attr", "dtype_rank", "insert", "delete", "splice")  # schema 6's
 
 

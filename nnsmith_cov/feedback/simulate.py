@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -125,6 +126,14 @@ class Trace:
     def rate(self, lo: int = 0, hi: int | None = None) -> float:
         """Share of interesting tests."""
         return float(np.mean(self.interesting[lo:hi]))
+
+
+class SharesOnly(Scheduler):
+    """The scheduler without its pick of a fresh graph's first op (every op drawn by the shares):
+    what the pick adds, measured by the "fit" scenario and its test."""
+
+    def propose(self) -> Proposal:
+        return dataclasses.replace(super().propose(), first_op=None)
 
 
 def run(scheduler: Scheduler, rule: Rule, tests: int, seed: int, fit: Mapping[str, float] | None = None) -> Trace:
