@@ -107,7 +107,15 @@ def load_rows(folder: Path, after_s: float) -> list[Row]:
 
 def op_shares(folder: Path) -> dict[str, float]:
     """Each op's share of the ops the campaign's graphs held (stats.json's op_tests)."""
-    counts = json.loads((folder / "stats.json").read_text()).get("op_tests") or {}
+    try:
+        stats = json.loads((folder / "stats.json").read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"stats.json: {e}") from None
+    if not isinstance(stats, dict):
+        raise ValueError("stats.json is not an object")
+    counts = stats.get("op_tests") or {}  # absent: no shares to show
+    if not isinstance(counts, dict) or not all(isinstance(n, int) for n in counts.values()):
+        raise ValueError("stats.json: op_tests is not a map of counts")
     total = sum(counts.values())
     return {op: n / total for op, n in counts.items()} if total else {}
 
@@ -132,10 +140,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     from nnsmith_cov.corpus.records import CorpusError
 
-    campaigns = {}
+    campaigns, shares = {}, {}
     for folder in args.campaigns:
         try:
             campaigns[str(folder)] = load_rows(folder, args.after)
+            shares[str(folder)] = op_shares(folder)
         except (CorpusError, OSError, ValueError) as e:
             print(f"op_headroom: {folder}: {e}", file=sys.stderr)
             return 1
@@ -147,7 +156,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("| " + " | ".join(str(c) for c in cells) + " |")
     pooled = [row for rows in campaigns.values() for row in rows]
     scores = op_scores(pooled, args.min_tests)
-    shares = {name: op_shares(Path(name)) for name in campaigns}
     uniform = 1.0 / max(1, len({op for s in shares.values() for op in s}))
     print(f"\ntop {args.top} ops on all campaigns: score, share of the ops graphs held (tries: {uniform:.2%} each)\n")
     print("| op | score | " + " | ".join(f"share, {_label(n)}" for n in campaigns) + " |")

@@ -56,3 +56,17 @@ def test_bad_input_is_one_line_and_a_nonzero_exit(headroom, tmp_path, capsys):
     assert headroom.main([str(tmp_path / "a"), str(tmp_path / "b")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all(line.startswith("op_headroom: ") for line in err)
+
+
+def test_a_campaign_whose_stats_are_missing_or_broken_is_refused_with_an_error_main_reports(headroom, tmp_path):
+    # main catches OSError and ValueError per campaign: one line, exit 1, nothing half printed
+    with pytest.raises(OSError):
+        headroom.op_shares(tmp_path)
+    for text in ("{not json", "[1, 2]", '{"op_tests": "Add"}', '{"op_tests": {"Add": "x"}}'):
+        (tmp_path / "stats.json").write_text(text)
+        with pytest.raises(ValueError):
+            headroom.op_shares(tmp_path)
+    (tmp_path / "stats.json").write_text('{"op_tests": {"Add": 3, "Relu": 1}}')
+    assert headroom.op_shares(tmp_path) == {"Add": 0.75, "Relu": 0.25}
+    (tmp_path / "stats.json").write_text('{"tests": 4}')
+    assert headroom.op_shares(tmp_path) == {}
