@@ -192,17 +192,18 @@ def test_the_oracle_compares_with_and_without_passes_and_localizes_crashes():
     assert result.findings[0].symptom == "hang" and len(fake.requests) == 1  # no rerun after a hang
 
 
-def test_the_experiment_runs_tzer_on_tvm_alone(monkeypatch):
+@pytest.fixture
+def experiment():
+    from scripts_loader import script
+
+    with script("experiment") as module:
+        yield module
+
+
+def test_the_experiment_runs_tzer_on_tvm_alone(experiment):
     import argparse
-    import importlib.util
-    import sys
     from pathlib import Path
 
-    path = Path(__file__).parent.parent / "scripts" / "experiment.py"
-    spec = importlib.util.spec_from_file_location("experiment", path)
-    experiment = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "experiment", experiment)  # its dataclasses look their module up
-    spec.loader.exec_module(experiment)
     configs = experiment.parse_configs(experiment.DEFAULT_CONFIGS)
     assert [c.label for c in configs][-1] == "tzer-on" and len(configs) == 5
     args = argparse.Namespace(backends="ort,tvm", collector="python", time="1m", seed=1, jobs=2)

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib.util
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
+from scripts_loader import script
 
 from nnsmith_cov.abstract import numeric as num
 from nnsmith_cov.abstract.dtype import DType
@@ -1823,12 +1822,9 @@ def test_a_slice_keeps_an_exact_value_isolated(neg, exact):
 
 
 def test_iteration_benchmark_counts_solved_graphs_within_each_bound(capsys):
-    path = Path(__file__).parent.parent / "scripts" / "bench_value_search.py"
-    spec = importlib.util.spec_from_file_location("bench_value_search", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    # Graphs large enough that one needs the search (from seed 1 at 20 nodes, one of four takes 12 iterations).
-    bench.by_iterations([20], 4, 1, [1, 5, 400])
+    with script("bench_value_search") as bench:
+        # Graphs large enough that one needs the search (from seed 1 at 20 nodes, one of four takes 12 iterations).
+        bench.by_iterations([20], 4, 1, [1, 5, 400])
     row = capsys.readouterr().out.splitlines()[-1].split()
     solved = [int(n) for n in row[1:]]
     assert row[0] == "20" and len(solved) == 3
