@@ -250,3 +250,47 @@ def test_pytorch_crashes_are_not_cached_under_the_backend(tmp_path):
         "detail": "compile: InternalError: boom",
         "instance": 0,
     }
+
+
+def test_campaigns_saving_one_cache_at_once_keep_each_others_entries_and_refusals(tmp_path):
+    """Two campaigns started together on a fresh machine both probe and save the same file: the
+    second must neither fail (a shared temporary file was renamed away under it) nor drop what
+    the first wrote (each saves the table it probed, a stale view of the file)."""
+    import threading
+
+    from nnsmith_cov.campaign import op_support
+
+    path = cache_path(tmp_path, "ort", "1")
+    first = SupportTable("ort", "1", "t", {"Add": {"f32,f32->f32": Outcome("ok")}}, {"Acos": {"f64->f64": 13}})
+    torch_crash = Outcome("crash", "export: SymbolicValueError: boom")
+    second = SupportTable("ort", "1", "t", {"Relu": {"f32->f32": Outcome("ok")}, "Add": {"f32,f32->f32": torch_crash}})
+    second.refused_at = {"Acos": {"f64->f64": 11, "f16->f16": 17}}
+    op_support._save(first, path)
+    op_support._save(second, path)
+    saved = op_support._load(path, "ort", "1", "t")
+    assert saved is not None
+    assert saved.outcome("Add", "f32,f32->f32") == Outcome("ok") and saved.outcome("Relu", "f32->f32") == Outcome("ok")
+    assert saved.refused_at == {"Acos": {"f64->f64": 13, "f16->f16": 17}}  # each refusal at the higher opset
+
+    # many writers at once, each with its own entries: none fails, all land, no temporary file is left
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def writer(k: int) -> None:
+        try:
+            start.wait()
+            for i in range(10):
+                op_support._save(SupportTable("ort", "1", "t", {f"Op{k}": {f"s{i}": Outcome("ok")}}), path)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    saved = op_support._load(path, "ort", "1", "t")
+    assert saved is not None and all(saved.outcome(f"Op{k}", f"s{i}") for k in range(4) for i in range(10))
+    assert saved.outcome("Relu", "f32->f32") == Outcome("ok")
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")) == []

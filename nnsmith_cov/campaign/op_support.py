@@ -20,9 +20,11 @@ Older schemas stored bare status strings and no class: their failures are probed
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import sys
+import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -239,13 +241,43 @@ def remember_refusals(
 
 
 def _save(table: SupportTable, path: Path) -> None:
+    """Write `table` to its cache file, merged with what is there. Campaigns started together on
+    a fresh machine (a benchmark's pairs, a cluster's workers) probe and save the same file: one
+    at a time (an flock beside it), each keeps the entries and refusals the others wrote, and
+    each writes through its own temporary file (a shared one was renamed away under the other)."""
+    tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(table.to_json(), indent=1, sort_keys=True) + "\n")
-        os.replace(tmp, path)
+        with open(path.with_name(f".{path.name}.lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            there = _load(path, table.backend, table.version, table.torch) if path.exists() else None
+            merged = table if there is None else _merged(there, table)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            with os.fdopen(fd, "w") as f:
+                f.write(json.dumps(merged.to_json(), indent=1, sort_keys=True) + "\n")
+            os.replace(tmp, path)
+            tmp = None
     except OSError as e:
         raise SupportError(f"cannot write the op-support cache {path}: {e.strerror}") from None
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+
+
+def _merged(there: SupportTable, ours: SupportTable) -> SupportTable:
+    """`ours` with what `there` (the file, as another campaign left it) knows and it does not:
+    entries it lacks or holds as PyTorch's crashes (those are never written), and each refusal
+    at the higher of the two opsets."""
+    entries = {op: dict(sigs) for op, sigs in there.entries.items()}
+    for op, sigs in ours.entries.items():
+        for key, found in sigs.items():
+            if not found.torch_crash or key not in entries.get(op, {}):
+                entries.setdefault(op, {})[key] = found
+    refused = {op: dict(keys) for op, keys in there.refused_at.items()}
+    for op, keys in ours.refused_at.items():
+        for key, opset in keys.items():
+            refused.setdefault(op, {})[key] = max(opset, refused.get(op, {}).get(key, 0))
+    return SupportTable(ours.backend, ours.version, ours.torch, entries, refused)
 
 
 def probe_graphs(
