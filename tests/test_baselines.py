@@ -156,3 +156,25 @@ def test_fuzz_with_a_baseline_generator_keeps_corpus_entries_and_resumes_with_it
     with CorpusStore.open(folder / "lmdb", readonly=True) as store:
         assert store.counters().next_test_id == 7
         assert all(r.gen["generator"] == name for _, r in store.entries())
+
+
+def test_graphfuzzer_tries_the_schedulers_first_op_first_and_draws_as_before_without_one():
+    import dataclasses
+
+    from nnsmith_cov.baselines import graphfuzzer
+
+    # the scheduler's pick is the first try's op, on a first input of a dtype it takes: it is the
+    # first op drawn and every graph holds it
+    picked = dataclasses.replace(CFG, first_op="Tanh")
+    firsts = [next(v for k, v in graphfuzzer.generate(picked, s).record.draws if k == "op") for s in range(10)]
+    tanh = [o.name() for o in CFG.ops].index("Tanh")
+    assert firsts == [tanh] * 10
+    held = sum("Tanh" in graphfuzzer.generate(picked, s).graph.op_counts() for s in range(10))
+    plain = sum("Tanh" in graphfuzzer.generate(CFG, s).graph.op_counts() for s in range(10))
+    assert held == 10 and plain <= 3, (held, plain)
+    # its records replay without the pick (a replay knows only the draws)
+    made = graphfuzzer.generate(picked, 4)
+    assert graphfuzzer.generate(CFG, 77, prefix=made.record.draws).graph.dumps() == made.graph.dumps()
+    # an op name not among the ops (or None) leaves generation as it was
+    unknown = dataclasses.replace(CFG, first_op="NoSuchOp")
+    assert graphfuzzer.generate(unknown, 3).graph.dumps() == graphfuzzer.generate(CFG, 3).graph.dumps()

@@ -1,7 +1,8 @@
 """GraphFuzzer-style generation, as the NNSmith paper reimplemented it for its comparison.
 
 Operators are drawn at random (by the scheduler's op weights when feedback is
-on) and wired to values made before them. Nothing is solved across the graph:
+on; the first try takes the scheduler's first op, `GenConfig.first_op`) and wired
+to values made before them. Nothing is solved across the graph:
 each value is concrete once made, and an operator whose inputs do not fit is
 fed through glue instead: a rank mismatch through Reshape, larger dims cut by
 Slice, smaller ones grown by PadConstant with zeros. Conv-like operators (the
@@ -57,12 +58,18 @@ class _Builder:
         op = find_op(self.cfg.ops, "Reshape")
         return op is not None and accepts(op, dtype)
 
-    def first_input(self) -> None:
+    def first_input(self, first: type[OpSpec] | None = None) -> None:
+        """The graph's first input; of a dtype `first` takes, when given (the first op to try)."""
         draw, cfg = self.draw, self.cfg
         dtypes = sorted({s[0][i] for o in cfg.ops for s in o.sigs for i in data_inputs(o)[:1]}, key=lambda d: d.value)
         if not dtypes:
             raise GenerationError("no operator takes an input from the graph")
         weights = [8 if d is DType.float32 else 1 for d in dtypes]
+        # By weight, not by narrowing the list: a draw replays by its index into the same list
+        # whatever the weights, and a replay does not know the scheduler's pick.
+        taken = {s[0][i] for s in first.sigs for i in data_inputs(first)[:1]} if first is not None else set()
+        if taken & set(dtypes):
+            weights = [w if d in taken else 0 for w, d in zip(weights, dtypes)]
         dtype = draw.choice("gf.init.dtype", dtypes, weights)
         rank = draw.choice("gf.init.rank", _FIRST_RANKS, _FIRST_RANK_WEIGHTS)
         shape = [draw.integer("gf.init.dim", *_FIRST_DIM) for _ in range(rank)]
@@ -174,12 +181,15 @@ def generate(cfg: GenConfig, seed: int, prefix: Sequence[tuple[str, int | float]
     record = BaselineRecord(seed=seed, generator=NAME)
     ops = list(cfg.ops)
     weights = [cfg.op_weights.get(o.name(), 1.0) for o in ops] if cfg.op_weights else None
+    first, picked = weights, next((o for o in ops if o.name() == cfg.first_op), None)
+    if picked is not None:  # the scheduler's pick: all weight on it, first try only
+        first = [float(o is picked) for o in ops]
     with fresh_context():
         b = _Builder(cfg, draw)
-        b.first_input()
+        b.first_input(picked)
         while len(record.ops) < cfg.nodes and record.tries < cfg.nodes * cfg.max_tries_per_node:
             record.tries += 1
-            cls = draw.choice("op", ops, weights)
+            cls = draw.choice("op", ops, first if record.tries == 1 else weights)
             if b.insert(cls):
                 record.ops.append(cls.name())
             else:

@@ -10,8 +10,9 @@ noise), Roll(W) along the neuron dim, W with one neuron sliced off and padded
 back as zeros. Compilers fold such constant computations away; they stay in
 the ONNX model. Nothing changes a model's output types.
 
-The scheduler's op weights choose the inserted and replacing operators; the
-mutation kind is drawn uniformly (the scheduler has no arm for it); the chain
+The scheduler's op weights choose the inserted and replacing operators (its
+first op, `GenConfig.first_op`, is not used: a seed model's first op is the
+seed's); the mutation kind is drawn uniformly (the scheduler has no arm for it); the chain
 length is 1..max(1, nodes // 2).
 """
 
