@@ -14,10 +14,10 @@ each mode's seeds compared with each other as the modes are, the ratios chance a
 where each mode's unique branches came from: the corpus entries that first reached them, the
 largest of those finds, the unique ratio without each side's five largest, and how the tests
 that reached them were made: fresh, grown from a kept test or mutated, beside each origin's
-share of the corpus), and with two seeds or more each pair's A12 and Mann-Whitney p over the
-seeds' final totals (FuzzBench's yardsticks; two seeds can never reach p < 0.05),
-coverage-time.png (every mode of every seed), and per seed `nnsmith-cov report`'s table and
-figures (seed-S/report).
+share of the corpus, its entries' milliseconds each and new branches per second), and with
+two seeds or more each pair's A12 and Mann-Whitney p over the seeds' final totals
+(FuzzBench's yardsticks; two seeds can never reach p < 0.05), coverage-time.png (every mode of
+every seed), and per seed `nnsmith-cov report`'s table and figures (seed-S/report).
 
 Modes: `on` (feedback with mutation of kept tests), `off` (plain NNSmith: opset 20, static
 shapes, no IR text round trip), `off-var` (feedback off drawing the export choices the
@@ -169,9 +169,11 @@ class Finds:
     tests: int  # corpus entries that first reached at least one unique branch
     largest: Find | None
     top: int
-    # per origin (`origin_of`): [tests run, corpus entries, unique branches they reached first];
-    # whether mutants earn their share of the campaign's tests in what only this mode reached
-    origins: dict[str, list[int]] = field(default_factory=dict)
+    # per origin (`origin_of`): [tests run, corpus entries, unique branches they reached first,
+    # the entries' milliseconds (generation and every stage), the new branches they added];
+    # whether mutants earn their share of the campaign's tests in what only this mode reached,
+    # and what a test of each origin costs and adds (why one mode runs fewer tests)
+    origins: dict[str, list[float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -318,6 +320,7 @@ def seed_spread(per_seed: Mapping[int, Mapping[str, Run]]) -> list[SeedSpread]:
 
 
 Entry = tuple[float, int, str, str, np.ndarray]  # elapsed, test id, status, origin, branch indices
+ORIGIN_FIELDS = ("tests", "entries", "unique", "ms", "new")  # what `Finds.origins` holds per origin
 
 
 def origin_of(parent: int | None, gen: Mapping[str, object]) -> str:
@@ -343,13 +346,21 @@ def attribute(entries: Iterable[Entry], wanted: np.ndarray) -> list[Find]:
     return sorted(finds, key=lambda f: (-f.branches, f.elapsed_s))
 
 
-def by_origin(finds: Sequence[Find], counts: Mapping[str, Sequence[int]]) -> dict[str, list[int]]:
-    """Per origin, [tests run, corpus entries, unique branches first reached]; `counts` gives the
-    campaign's tests and corpus entries by origin (an origin that found nothing unique still shows)."""
-    out = {o: [int(c[0]), int(c[1]), 0] for o, c in sorted(counts.items())}
+def by_origin(finds: Sequence[Find], counts: Mapping[str, Sequence[float]]) -> dict[str, list[float]]:
+    """Per origin, [tests run, corpus entries, unique branches first reached, the entries'
+    milliseconds, their new branches] (`ORIGIN_FIELDS`); `counts` gives the campaign's tests,
+    corpus entries, milliseconds and new branches by origin (an origin that found nothing unique
+    still shows)."""
+    out = {o: [int(c[0]), int(c[1]), 0, round(float(c[2]), 1), int(c[3])] for o, c in sorted(counts.items())}
     for f in finds:
-        out.setdefault(f.origin, [0, 0, 0])[2] += f.branches
+        out.setdefault(f.origin, [0, 0, 0, 0.0, 0])[2] += f.branches
     return out
+
+
+def entry_cost(timings: Mapping[str, float], gen: Mapping[str, object]) -> float:
+    """A kept test's milliseconds: its generation and every stage it ran (search, export, backends)."""
+    gen_ms = gen.get("gen_ms")
+    return float(sum(timings.values())) + (float(gen_ms) if isinstance(gen_ms, (int, float)) else 0.0)
 
 
 def tests_by_origin(tests_run: int, children: object) -> dict[str, int]:
@@ -363,7 +374,8 @@ def tests_by_origin(tests_run: int, children: object) -> dict[str, int]:
 
 def first_finds(folder: Path, keys: frozenset[str]) -> tuple[list[Find], dict[str, list[int]]]:
     """The corpus entries of the campaign in `folder` that first reached the branches `keys`,
-    and per origin [tests run, corpus entries (tests kept with a bitmap)]."""
+    and per origin [tests run, corpus entries (tests kept with a bitmap), their milliseconds and
+    new branches]."""
     from nnsmith_cov.corpus.records import CorpusError
     from nnsmith_cov.corpus.store import CorpusStore
     from nnsmith_cov.coverage.universe import Universe
@@ -380,22 +392,29 @@ def first_finds(folder: Path, keys: frozenset[str]) -> tuple[list[Find], dict[st
             for i in virgin.covered():
                 wanted[i] = universe.key(int(i)) in keys
             order = sorted(
-                (r.elapsed_s, t, r.status, origin_of(r.parent, r.gen))
+                (r.elapsed_s, t, r.status, origin_of(r.parent, r.gen), entry_cost(r.timings, r.gen), _new(r.novelty))
                 for t, r in store.entries(include_finding_only=True)
             )
             state = store.scheduler_state() or {}
-            counts = {o: [n, 0] for o, n in tests_by_origin(store.counters().tests_run, state.get("children")).items()}
+            ran = tests_by_origin(store.counters().tests_run, state.get("children"))
+            counts: dict[str, list[float]] = {o: [n, 0, 0.0, 0] for o, n in ran.items()}
 
             def entries() -> Iterable[Entry]:
-                for elapsed, test, status, origin in order:
+                for elapsed, test, status, origin, ms, new in order:
                     hits = store.hits(test)
                     if hits is not None:
-                        counts.setdefault(origin, [0, 0])[1] += 1
+                        c = counts.setdefault(origin, [0, 0, 0.0, 0])
+                        c[1], c[2], c[3] = c[1] + 1, c[2] + ms, c[3] + new
                         yield elapsed, test, status, origin, hits.index.astype(np.int64)
 
             return attribute(entries(), wanted), counts
     except (CorpusError, ValueError) as e:
         raise BenchError(f"{folder}: {e}") from None
+
+
+def _new(novelty: object) -> int:
+    """The new branches a stored test added (0 without a coverage result)."""
+    return int(getattr(novelty, "new_branches", 0) or 0)
 
 
 def seed_finds(seed: int, runs: Mapping[str, Run], folders: Mapping[str, Path]) -> list[Finds]:
@@ -521,13 +540,18 @@ def _share(part: int, whole: int) -> str:
 
 
 def origins_table(finds: Sequence[Finds]) -> str:
-    """Per mode, how its corpus entries were made and which of them first reached its unique branches."""
+    """Per mode, how its corpus entries were made, which of them first reached its unique branches,
+    and what an entry of each origin cost and added (ms per entry; new branches per second of them)."""
     body = []
     for f in finds:
-        tests, entries = (sum(c[i] for c in f.origins.values()) for i in (0, 1))
-        for origin, (ran, kept, unique) in f.origins.items():
-            body.append([f.seed, f.mode, origin, _share(ran, tests), _share(kept, entries), _share(unique, f.unique)])
+        tests, entries = (int(sum(c[i] for c in f.origins.values())) for i in (0, 1))
+        for origin, (ran, kept, unique, ms, new) in f.origins.items():
+            cost = f"{ms / kept:.0f}" if kept else "-"
+            rate = f"{new / ms * 1000:.1f}" if ms else "-"
+            row = [_share(int(ran), tests), _share(int(kept), entries), _share(int(unique), f.unique), cost, rate]
+            body.append([f.seed, f.mode, origin, *row])
     header = ["seed", "mode", "origin", "tests", "corpus entries", "unique branches it reached first"]
+    header += ["ms per entry", "new branches per s"]
     return "\n".join(_markdown(header, body)) if body else ""
 
 
@@ -572,6 +596,7 @@ def write_tables(out: Path, rows: Sequence[Ratio], sticks: Yardsticks = Yardstic
         "headroom": [asdict(r) for r in sticks.room],
         "seed_spread": [asdict(r) for r in sticks.spread],
         "finds": [asdict(r) for r in sticks.finds],
+        "origin_fields": list(ORIGIN_FIELDS),  # what each of a find's origins lists
         "trimmed_unique": [asdict(r) for r in sticks.trims],
     }
     # JSON has no infinity: a unique ratio over zero is written as null with its counts beside it

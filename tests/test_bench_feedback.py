@@ -100,19 +100,25 @@ def test_unique_branches_are_credited_to_the_entry_that_first_reached_them(bench
     assert [(f.test, f.branches, f.status) for f in finds] == [(0, 4, "pass"), (3, 1, "finding"), (6, 1, "pass")]
     assert wanted.sum() == 6  # the caller's mask is left as it was
     # tests per origin: the scheduler's children per arm, the rest fresh; then per origin [tests,
-    # corpus entries, unique branches first reached]
+    # corpus entries, unique branches first reached, the entries' ms, their new branches]
     ran = bench.tests_by_origin(10, {"grow": [3, 2], "extend": [1, 1], "attr": [0, 0]})
     assert ran == {"fresh": 6, "grow": 3, "extend": 1} and bench.tests_by_origin(4, None) == {"fresh": 4}
-    counts = {o: [n, {"fresh": 2, "extend": 1, "grow": 1}[o]] for o, n in ran.items()}
+    kept = {"fresh": [2, 180.0, 9], "extend": [1, 150.0, 2], "grow": [1, 95.04, 0]}
+    counts = {o: [n, *kept[o]] for o, n in ran.items()}
     origins = bench.by_origin(finds, counts)
-    assert origins == {"extend": [1, 1, 1], "fresh": [6, 2, 5], "grow": [3, 1, 0]}
+    assert origins == {"extend": [1, 1, 1, 150.0, 2], "fresh": [6, 2, 5, 180.0, 9], "grow": [3, 1, 0, 95.0, 0]}
+    # an entry's cost: its generation and every stage; a record without gen_ms costs its stages
+    assert bench.entry_cost({"search": 4.5, "ort.compile": 10.0}, {"gen_ms": 30.5}) == 45.0
+    assert bench.entry_cost({"search": 4.5}, {}) == 4.5 and bench.entry_cost({}, {"gen_ms": None}) == 0.0
     assert bench.origin_of(None, {}) == "fresh" and bench.origin_of(4, {"mutation": None}) == "grow"
     assert bench.origin_of(4, {"mutation": {"kind": "extend", "at": 3}}) == "extend"
     big = bench.Find(900, 12.0, 7, "finding")
     small = [bench.Find(10, 20.0 + i, 8 + i, "pass") for i in range(6)]
     finds = [
-        bench.Finds(1, "on", 300, 30, small[0], 50, {"extend": [30, 20, 120], "fresh": [90, 60, 180]}),
-        bench.Finds(1, "off-var", 1000, 20, big, 960, {"fresh": [120, 90, 1000]}),
+        bench.Finds(
+            1, "on", 300, 30, small[0], 50, {"extend": [30, 20, 120, 3000.0, 45], "fresh": [90, 60, 180, 4800.0, 240]}
+        ),
+        bench.Finds(1, "off-var", 1000, 20, big, 960, {"fresh": [120, 90, 1000, 0.0, 0]}),
     ]
     (trim,) = bench.trimmed(finds, "on")
     # 300 / 1000 unique (0.30x); without each side's 5 largest finds 250 / 40 (6.25x)
@@ -124,11 +130,14 @@ def test_unique_branches_are_credited_to_the_entry_that_first_reached_them(bench
     md = (tmp_path / "summary.md").read_text()
     assert "| 1 | off-var | 1000 | 20 | 900 (test 7 at 12 s, finding) | 960 |" in md
     assert "| 1 | on / off-var | 6.25x | 250 / 40 |" in md
-    assert "| 1 | on | extend | 30 (25%) | 20 (25%) | 120 (40%) |" in md
-    assert "| 1 | off-var | fresh | 120 (100%) | 90 (100%) | 1000 (100%) |" in md
+    # per origin also ms per entry (3000 / 20) and new branches per second of them (45 / 3 s)
+    assert "| 1 | on | extend | 30 (25%) | 20 (25%) | 120 (40%) | 150 | 15.0 |" in md
+    assert "| 1 | on | fresh | 90 (75%) | 60 (75%) | 180 (60%) | 80 | 50.0 |" in md
+    assert "| 1 | off-var | fresh | 120 (100%) | 90 (100%) | 1000 (100%) | 0 | - |" in md
     data = json.loads((tmp_path / "summary.json").read_text())
     assert data["finds"][1]["largest"]["test"] == 7 and data["trimmed_unique"][0]["unique"] == 6.25
-    assert data["finds"][0]["origins"] == {"extend": [30, 20, 120], "fresh": [90, 60, 180]}
+    assert data["finds"][0]["origins"]["extend"] == [30, 20, 120, 3000.0, 45]
+    assert data["origin_fields"] == ["tests", "entries", "unique", "ms", "new"]
 
 
 def test_tables_list_each_seed_and_the_geometric_mean(bench, tmp_path):
@@ -184,8 +193,10 @@ def test_two_tiny_campaigns_run_in_parallel_and_are_reported(bench, tmp_path, mo
     for f in finds.values():
         assert (f["tests"] > 0) == (f["unique"] > 0) and f["top"] <= f["unique"]
         # every corpus entry has one origin, and the unique branches are split among them
-        assert sum(u for _, _, u in f["origins"].values()) == f["unique"]
-        assert sum(t for t, _, _ in f["origins"].values()) == 6 and sum(n for _, n, _ in f["origins"].values()) > 0
+        assert sum(o[2] for o in f["origins"].values()) == f["unique"]
+        assert sum(o[0] for o in f["origins"].values()) == 6 and sum(o[1] for o in f["origins"].values()) > 0
+        # the kept tests took time (generation at least) and the first of them added branches
+        assert all(o[3] > 0 for o in f["origins"].values() if o[1]) and sum(o[4] for o in f["origins"].values()) > 0
         assert f["mode"] == "on" or set(f["origins"]) == {"fresh"}  # off-var never grows or mutates
         assert f["largest"] is None or f["largest"]["branches"] <= f["top"]
     for name in ("summary.md", "summary.csv", "summary.json", "coverage-time.png"):
