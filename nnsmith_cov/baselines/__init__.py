@@ -24,7 +24,8 @@ GENERATORS: dict[str, Generate] = {
 
 # What feedback steers per generator (Scheduler.apply's knobs it reads). The scheduler
 # has no arm for LEMON's mutation kind, so that is drawn uniformly; `nodes` bounds LEMON's
-# chain of mutations and GraphFuzzer's operator count.
+# chain of mutations and GraphFuzzer's operator count. "op" is the op shares and, for nnsmith and
+# GraphFuzzer, the first op a graph tries (`GenConfig.first_op`; a LEMON seed model has its own).
 FEEDBACK_ARMS: dict[str, tuple[str, ...]] = {
     "nnsmith": ("op", "direction", "bins", "nodes", "seeded", "opset", "dynamic", "roundtrip"),
     graphfuzzer.NAME: ("op", "nodes"),
