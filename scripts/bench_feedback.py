@@ -372,7 +372,7 @@ def tests_by_origin(tests_run: int, children: object) -> dict[str, int]:
     return {"fresh": max(0, tests_run - sum(tried.values()))} | tried
 
 
-def first_finds(folder: Path, keys: frozenset[str]) -> tuple[list[Find], dict[str, list[int]]]:
+def first_finds(folder: Path, keys: frozenset[str]) -> tuple[list[Find], dict[str, list[float]]]:
     """The corpus entries of the campaign in `folder` that first reached the branches `keys`,
     and per origin [tests run, corpus entries (tests kept with a bitmap), their milliseconds and
     new branches]."""

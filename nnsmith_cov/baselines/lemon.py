@@ -12,8 +12,8 @@ the ONNX model. Nothing changes a model's output types.
 
 The scheduler's op weights choose the inserted and replacing operators (its
 first op, `GenConfig.first_op`, is not used: a seed model's first op is the
-seed's); the mutation kind is drawn uniformly (the scheduler has no arm for it); the chain
-length is 1..max(1, nodes // 2).
+seed's); the mutation kind is drawn uniformly (the scheduler has no arm for
+it); the chain length is 1..max(1, nodes // 2).
 """
 
 from __future__ import annotations
