@@ -186,8 +186,9 @@ def _from_strings(ops: dict) -> dict[str, dict[str, Outcome]]:
     return entries
 
 
-def _load(path: Path, backend: str, version: str, torch: str) -> SupportTable | None:
-    """The cached table, or None when absent, unreadable or made for other versions."""
+def _load(path: Path, backend: str, version: str, torch: str, warn: bool = True) -> SupportTable | None:
+    """The cached table, or None when absent, unreadable or made for other versions (said on
+    stderr with `warn`: a campaign then probes again)."""
     if not path.exists():
         return None
     entries = None
@@ -207,7 +208,8 @@ def _load(path: Path, backend: str, version: str, torch: str) -> SupportTable | 
     except (OSError, ValueError, AttributeError, TypeError, KeyError):
         entries = None
     if entries is None:
-        print(f"nnsmith-cov: ignoring unusable op-support cache {path}; probing again", file=sys.stderr)
+        if warn:
+            print(f"nnsmith-cov: ignoring unusable op-support cache {path}; probing again", file=sys.stderr)
         return None
     return SupportTable(backend, version, torch, entries, _refused_at(obj.get("refused_at")))
 
@@ -232,12 +234,10 @@ def remember_refusals(
     """Add refusals (op, sig key, opset) a campaign learned to `backend`'s cache file (made,
     without probe entries, when absent: the next probe fills those in). SupportError when the
     cache cannot be written."""
-    path = cache_path(cache_dir, backend, versions[backend])
-    table = _load(path, backend, versions[backend], versions["torch"]) if path.exists() else None
-    table = table or SupportTable(backend, versions[backend], versions["torch"])
-    news = [table.refuse(op, key, opset) for op, key, opset in refused]  # each one recorded
-    if any(news):
-        _save(table, path)
+    table = SupportTable(backend, versions[backend], versions["torch"])
+    for op, key, opset in refused:
+        table.refuse(op, key, opset)
+    _save(table, cache_path(cache_dir, backend, versions[backend]))  # merged with what the file holds
 
 
 def _save(table: SupportTable, path: Path) -> None:
@@ -250,7 +250,8 @@ def _save(table: SupportTable, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path.with_name(f".{path.name}.lock"), "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            there = _load(path, table.backend, table.version, table.torch) if path.exists() else None
+            # an unusable file there is replaced, as before the merge (its campaign said so at load)
+            there = _load(path, table.backend, table.version, table.torch, warn=False)
             merged = table if there is None else _merged(there, table)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
             with os.fdopen(fd, "w") as f:
