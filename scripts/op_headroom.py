@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""How much steering by operator could pay: op rankings learnt on some campaigns, tried on another.
+"""How much steering by operator (or opset, dtype, size, export) could pay: rankings learnt on some
+campaigns, tried on another.
 
 Feedback can only beat the same choices drawn at random if some choices reliably lead to more
 new coverage than others. This reads campaigns that drew their ops uniformly (`fuzz --feedback
@@ -11,6 +12,15 @@ campaign says no op ranking carries over, and op weights have nothing to learn; 
 a scheduler that put those ops in more graphs would find more. The last table shows how often
 each campaign's graphs held the top ops, from its stats.json: the ones that pay may be the ones
 a generator seldom manages to insert.
+
+The scheduler steers more than ops, so the same leave-one-out runs on each other choice a kept
+test records: the opset it was exported at, the dtypes its values hold, its size (ops, in four
+buckets), symbolic input dims and the IR round trip. For each, the held-out table gives the value
+ranked first on the other campaigns and the held-out campaign's tests holding it; the last table
+gives every value's P(new) lift and its share of the kept tests per campaign. Given a feedback
+campaign beside uniform ones, the shares show what its bandit learnt, and its lifts whether that
+choice still pays once steered toward (a lift near 1 where uniform campaigns show more: the
+frontier behind the choice was used up).
 
 Tests that added nothing and were not kept are not in a corpus, so the means are over kept tests
 (on a binary collector most tests are kept: they add hit-count buckets). Tests before `--after`
@@ -30,7 +40,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from nnsmith_cov.report.choices import CHOICE_KINDS, SIZE_BUCKETS, choice_labels
+
 Row = tuple[frozenset[str], int]  # the ops a kept test's graph held, the new branches it added
+OTHER_KINDS = tuple(kind for kind in CHOICE_KINDS if kind != "op")  # ops have their own tables
 
 
 @dataclass(frozen=True)
@@ -39,6 +52,7 @@ class HeldOut:
     the other campaigns) against all of its tests."""
 
     campaign: str
+    top: tuple[str, ...]  # the ops (or choice labels) ranked first on the other campaigns
     k: int
     at_least: int
     tests: int
@@ -78,7 +92,7 @@ def held_out(name: str, train: Sequence[Row], test: Sequence[Row], k: int, at_le
     new_all = _mean([n > 0 for _, n in test]) if test else 0.0
     mean_ratio = _mean(holding) / mean_all if holding and mean_all > 0 else None
     new_ratio = _mean([n > 0 for n in holding]) / new_all if holding and new_all > 0 else None
-    return HeldOut(name, k, at_least, len(test), len(holding), mean_ratio, new_ratio)
+    return HeldOut(name, tuple(sorted(top)), k, at_least, len(test), len(holding), mean_ratio, new_ratio)
 
 
 def leave_one_out(
@@ -91,18 +105,45 @@ def leave_one_out(
     return out
 
 
-def load_rows(folder: Path, after_s: float) -> list[Row]:
-    """The kept tests of the campaign in `folder` (findings included) after `after_s` seconds."""
+def load_campaign(folder: Path, after_s: float) -> tuple[list[Row], dict[str, list[Row]]]:
+    """The kept tests of the campaign in `folder` (findings included) after `after_s` seconds:
+    their ops, and their other choices by kind, each with the new branches the test added."""
     from nnsmith_cov.corpus.store import CorpusStore
     from nnsmith_cov.report.load import corpus_folder
 
-    rows = []
+    rows: list[Row] = []
+    choices: dict[str, list[Row]] = {kind: [] for kind in OTHER_KINDS}
     with CorpusStore.open(corpus_folder(folder), readonly=True) as store:
         for _, record in store.entries(include_finding_only=True):
             if record.elapsed_s >= after_s:
-                new = record.novelty.new_branches if record.novelty is not None else 0
-                rows.append((frozenset(record.gen.get("ops", [])), int(new)))
-    return rows
+                new = int(record.novelty.new_branches if record.novelty is not None else 0)
+                gen = record.gen or {}
+                rows.append((frozenset(gen.get("ops", [])), new))
+                labels = choice_labels(gen, record.graph)
+                for kind in OTHER_KINDS:
+                    choices[kind].append((labels[kind], new))
+    return rows, choices
+
+
+def lifts(rows: Sequence[Row]) -> dict[str, tuple[float | None, float, float]]:
+    """Per label: the share of the tests holding it with a new branch over that of all tests
+    (None when no test added one), the share of the tests holding it, and the new branches its
+    tests added beyond that share of all new branches (what steering toward it could bring
+    earlier: the frontier behind it, as far as these tests found it)."""
+    if not rows:
+        return {}
+    base = _mean([n > 0 for _, n in rows])
+    added = sum(n for _, n in rows)
+    held = Counter(label for labels, _ in rows for label in labels)
+    hits = Counter(label for labels, n in rows if n > 0 for label in labels)
+    new = Counter()
+    for labels, n in rows:
+        for label in labels:
+            new[label] += n
+    return {
+        label: (hits[label] / count / base if base else None, count / len(rows), new[label] - count / len(rows) * added)
+        for label, count in held.items()
+    }
 
 
 def op_shares(folder: Path) -> dict[str, float]:
@@ -134,20 +175,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--after", type=float, default=300.0, help="leave out tests before this many seconds")
     ap.add_argument("--top", type=int, default=10, help="top ops of the ranking (also 2x this)")
     ap.add_argument("--min-tests", type=int, default=8, help="ops held by fewer tests are not ranked")
+    ap.add_argument(
+        "--steered",
+        nargs="+",
+        type=Path,
+        default=[],
+        metavar="CAMPAIGN",
+        help="feedback campaigns: shown in the share and lift tables, never used to rank",
+    )
     args = ap.parse_args(argv)
     if len(args.campaigns) < 2:
         print("op_headroom: give two or more campaigns (one is held out at a time)", file=sys.stderr)
         return 2
     from nnsmith_cov.corpus.records import CorpusError
 
-    campaigns, shares = {}, {}
-    for folder in args.campaigns:
+    campaigns, shares, choices = {}, {}, {}
+    for folder in [*args.campaigns, *args.steered]:
         try:
-            campaigns[str(folder)] = load_rows(folder, args.after)
+            rows, choices[str(folder)] = load_campaign(folder, args.after)
             shares[str(folder)] = op_shares(folder)
         except (CorpusError, OSError, ValueError) as e:
             print(f"op_headroom: {folder}: {e}", file=sys.stderr)
             return 1
+        if folder in args.campaigns:
+            campaigns[str(folder)] = rows
     print(f"kept tests after {args.after:.0f} s, new branches per test against the campaign's mean\n")
     print("| held-out campaign | tests | top ops | holding at least | tests holding | mean new | P(new) |")
     print("|---|---|---|---|---|---|---|")
@@ -158,12 +209,49 @@ def main(argv: Sequence[str] | None = None) -> int:
     scores = op_scores(pooled, args.min_tests)
     uniform = 1.0 / max(1, len({op for s in shares.values() for op in s}))
     print(f"\ntop {args.top} ops on all campaigns: score, share of the ops graphs held (tries: {uniform:.2%} each)\n")
-    print("| op | score | " + " | ".join(f"share, {_label(n)}" for n in campaigns) + " |")
-    print("|---|---|" + "---|" * len(campaigns))
+    print("| op | score | " + " | ".join(f"share, {_label(n)}" for n in shares) + " |")
+    print("|---|---|" + "---|" * len(shares))
     for op in ranked(scores)[: args.top]:
-        cells = [op, f"{scores[op]:+.2f}", *(f"{shares[n].get(op, 0.0):.2%}" for n in campaigns)]
+        cells = [op, f"{scores[op]:+.2f}", *(f"{shares[n].get(op, 0.0):.2%}" for n in shares)]
         print("| " + " | ".join(cells) + " |")
+    print_choices(choices, list(campaigns), args.min_tests)
     return 0
+
+
+def print_choices(choices: dict[str, dict[str, list[Row]]], uniform: Sequence[str], min_tests: int) -> None:
+    """The held-out table (over the `uniform` campaigns) and every campaign's per-value lifts of
+    every choice kind but ops."""
+    print("\nother choices: the value ranked first on the other campaigns, on the held-out one\n")
+    print("| held-out campaign | choice | first elsewhere | tests holding | mean new | P(new) |")
+    print("|---|---|---|---|---|---|")
+    for kind in OTHER_KINDS:
+        by_campaign = {name: choices[name][kind] for name in uniform}
+        for h in leave_one_out(by_campaign, (1,), (1,), min_tests):
+            top = ", ".join(label.split("=", 1)[1] for label in h.top) or "-"
+            cells = [_label(h.campaign), kind, top, f"{h.holding} / {h.tests}", _fmt(h.mean_ratio), _fmt(h.new_ratio)]
+            print("| " + " | ".join(str(c) for c in cells) + " |")
+    names = list(choices)
+    print("\nevery value: P(new) of the kept tests holding it against all (share of the kept tests, new branches")
+    print("beyond that share); first row: the new branches of all the kept tests counted\n")
+    print("| choice | " + " | ".join(_label(n) for n in names) + " |")
+    print("|---|" + "---|" * len(names))
+    print("| all | " + " | ".join(str(sum(new for _, new in choices[n]["size"])) for n in names) + " |")
+    for kind in OTHER_KINDS:
+        per = {n: lifts(choices[n][kind]) for n in names}
+        for label in sorted({label for table in per.values() for label in table}, key=_value_order):
+            cells = [label]
+            for n in names:
+                lift, share, beyond = per[n].get(label, (None, 0.0, 0.0))
+                cells.append(f"{_fmt(lift)} ({share:.0%}, {beyond:+.0f})" if share else "-")
+            print("| " + " | ".join(cells) + " |")
+
+
+def _value_order(label: str) -> tuple:
+    kind, _, value = label.partition("=")
+    size_rank = [lbl for _, lbl in SIZE_BUCKETS]
+    if value in size_rank:
+        return (kind, size_rank.index(value), "")
+    return (kind, len(size_rank), int(value)) if value.isdigit() else (kind, len(size_rank) + 1, value)
 
 
 if __name__ == "__main__":
