@@ -40,7 +40,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from nnsmith_cov.report.choices import CHOICE_KINDS, SIZE_BUCKETS, choice_labels
+from nnsmith_cov.report.choices import CHOICE_KINDS, SIZE_LABELS, choice_labels
 
 Row = tuple[frozenset[str], int]  # the ops a kept test's graph held, the new branches it added
 OTHER_KINDS = tuple(kind for kind in CHOICE_KINDS if kind != "op")  # ops have their own tables
@@ -235,7 +235,8 @@ def print_choices(choices: dict[str, dict[str, list[Row]]], uniform: Sequence[st
     print("beyond that share); first row: the new branches of all the kept tests counted\n")
     print("| choice | " + " | ".join(_label(n) for n in names) + " |")
     print("|---|" + "---|" * len(names))
-    print("| all | " + " | ".join(str(sum(new for _, new in choices[n]["size"])) for n in names) + " |")
+    # every kind holds a row per kept test: any one sums the campaign's new branches
+    print("| all | " + " | ".join(str(sum(new for _, new in choices[n][OTHER_KINDS[0]])) for n in names) + " |")
     for kind in OTHER_KINDS:
         per = {n: lifts(choices[n][kind]) for n in names}
         for label in sorted({label for table in per.values() for label in table}, key=_value_order):
@@ -247,11 +248,11 @@ def print_choices(choices: dict[str, dict[str, list[Row]]], uniform: Sequence[st
 
 
 def _value_order(label: str) -> tuple:
+    """Labels by kind, then sizes smallest first, numbers (opsets) by value, the rest by name."""
     kind, _, value = label.partition("=")
-    size_rank = [lbl for _, lbl in SIZE_BUCKETS]
-    if value in size_rank:
-        return (kind, size_rank.index(value), "")
-    return (kind, len(size_rank), int(value)) if value.isdigit() else (kind, len(size_rank) + 1, value)
+    if value in SIZE_LABELS:
+        return (kind, SIZE_LABELS.index(value), 0, "")
+    return (kind, len(SIZE_LABELS), int(value), "") if value.isdigit() else (kind, len(SIZE_LABELS) + 1, 0, value)
 
 
 if __name__ == "__main__":

@@ -15,12 +15,13 @@ CHOICE_KINDS = ("op", "opset", "dtype", "size", "dynamic", "roundtrip")
 # The graph's operator count, in the buckets the scheduler's sizes fall in (5, 10, 15, 20 and
 # grown children beyond).
 SIZE_BUCKETS = ((7, "<=7"), (12, "8-12"), (17, "13-17"))
+SIZE_LABELS = (*(label for _, label in SIZE_BUCKETS), f">={SIZE_BUCKETS[-1][0] + 1}")  # smallest first
 _EXPORT_KINDS = ("opset", "dynamic", "roundtrip")
 
 
 def size_label(ops: int) -> str:
     """The size bucket of a graph of `ops` operators."""
-    return next((label for top, label in SIZE_BUCKETS if ops <= top), f">={SIZE_BUCKETS[-1][0] + 1}")
+    return next((label for top, label in SIZE_BUCKETS if ops <= top), SIZE_LABELS[-1])
 
 
 def choice_labels(gen: Any, graph: Any) -> dict[str, frozenset[str]]:
