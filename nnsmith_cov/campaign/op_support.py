@@ -24,13 +24,13 @@ import fcntl
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from nnsmith_cov.abstract.dtype import DType
 from nnsmith_cov.abstract.op import MAX_OPSET, OpSpec
+from nnsmith_cov.atomic_file import write_atomic
 from nnsmith_cov.campaign.testcase import CaseSettings, prepare, run_backend
 from nnsmith_cov.campaign.worker_handle import Reply, WorkerHandle, WorkerStartError
 from nnsmith_cov.gen.generator import GenConfig, GenerationError, generate
@@ -245,7 +245,6 @@ def _save(table: SupportTable, path: Path) -> None:
     a fresh machine (a benchmark's pairs, a cluster's workers) probe and save the same file: one
     at a time (an flock beside it), each keeps the entries and refusals the others wrote, and
     each writes through its own temporary file (a shared one was renamed away under the other)."""
-    tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path.with_name(f".{path.name}.lock"), "w") as lock:
@@ -253,16 +252,9 @@ def _save(table: SupportTable, path: Path) -> None:
             # an unusable file there is replaced, as before the merge (its campaign said so at load)
             there = _load(path, table.backend, table.version, table.torch, warn=False)
             merged = table if there is None else _merged(there, table)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-            with os.fdopen(fd, "w") as f:
-                f.write(json.dumps(merged.to_json(), indent=1, sort_keys=True) + "\n")
-            os.replace(tmp, path)
-            tmp = None
+            write_atomic(path, json.dumps(merged.to_json(), indent=1, sort_keys=True) + "\n")
     except OSError as e:
         raise SupportError(f"cannot write the op-support cache {path}: {e.strerror}") from None
-    finally:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
 
 
 def _merged(there: SupportTable, ours: SupportTable) -> SupportTable:

@@ -16,10 +16,10 @@ RUN/workers/w0.log    what the worker printed (cut when it grows past a limit)
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
+from nnsmith_cov.atomic_file import write_atomic
 from nnsmith_cov.oracle.finding import Finding
 from nnsmith_cov.oracle.signature import short_id
 
@@ -74,15 +74,11 @@ class RunDir:
             raise RunDirError(f"cannot write to {self.root}: {e.strerror}") from None
 
     def write_json(self, name: str, obj: Any) -> None:
-        tmp = self.root / f".{name}.tmp"
-        tmp.write_text(json.dumps(obj, indent=1) + "\n")
-        os.replace(tmp, self.root / name)
+        write_atomic(self.root / name, json.dumps(obj, indent=1) + "\n")
 
     def write_lines(self, name: str, lines: list[str]) -> None:
         """Replace a line file whole (temp file + rename: a reader sees the old or the new one)."""
-        tmp = self.root / f".{name}.tmp"
-        tmp.write_text("".join(line + "\n" for line in lines))
-        os.replace(tmp, self.root / name)
+        write_atomic(self.root / name, "".join(line + "\n" for line in lines))
 
     def bundle_path(self, finding: Finding) -> Path:
         name = f"{finding.symptom}-{_safe(finding.backend)}-{finding.stage}-{short_id(finding.signature)}"

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from nnsmith_cov.atomic_file import write_atomic
 from nnsmith_cov.campaign.protocol import (
     FrameReader,
     decode_arrays,
@@ -343,10 +344,7 @@ class Worker:
 
         self.held = held
         if self.held_path:
-            tmp = f"{self.held_path}.tmp"
-            with open(tmp, "wb") as f:
-                f.write(msgpack.packb(held, use_bin_type=True))
-            os.replace(tmp, self.held_path)
+            write_atomic(self.held_path, msgpack.packb(held, use_bin_type=True))
 
     def _drop_held(self) -> None:
         self.held = None

@@ -61,6 +61,7 @@ from typing import Any, TypeVar
 import msgpack
 import numpy as np
 
+from nnsmith_cov.atomic_file import write_atomic
 from nnsmith_cov.coverage.binary_symbols import ModuleLayout, read_layout
 from nnsmith_cov.coverage.collector import CollectorError
 from nnsmith_cov.coverage.covmap import Hits
@@ -164,9 +165,7 @@ def cached_layout(path: str, cache_dir: Path) -> ModuleLayout:
     body["excluded"] = layout.excluded.astype("<u8").tobytes()
     body |= {k: getattr(layout, k).astype(d).tobytes() for k, d in _LAYOUT_ARRAYS.items()}
     cache.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(zlib.compress(msgpack.packb(body, use_bin_type=True), 6))
-    tmp.replace(cache)
+    write_atomic(cache, zlib.compress(msgpack.packb(body, use_bin_type=True), 6))
     return layout
 
 

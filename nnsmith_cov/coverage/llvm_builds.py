@@ -31,6 +31,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from nnsmith_cov.atomic_file import write_atomic
 from nnsmith_cov.coverage.llvm_runtime import cache_root, kit_dir
 
 MARKER = "BUILT.json"
@@ -233,7 +234,5 @@ def _build_onnxoptimizer(root: Path, version: str, jobs: int | None, echo: bool)
         "compiler": clang_version(),
         "extension": str(exts[0].relative_to(root)),
     }
-    tmp = root / (MARKER + ".tmp")
-    tmp.write_text(json.dumps(marker, indent=1) + "\n")
-    tmp.replace(root / MARKER)
+    write_atomic(root / MARKER, json.dumps(marker, indent=1) + "\n")
     return InstrumentedBuild(root, marker)

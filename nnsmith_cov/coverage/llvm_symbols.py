@@ -28,6 +28,7 @@ from pathlib import Path
 import msgpack
 import numpy as np
 
+from nnsmith_cov.atomic_file import write_atomic
 from nnsmith_cov.coverage.collector import CollectorError
 from nnsmith_cov.coverage.llvm_runtime import cache_root
 
@@ -115,9 +116,8 @@ def _save(path: Path, library: str, locs: CounterLocations) -> None:
         "line": locs.line.astype("<i4").tobytes(),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(zlib.compress(msgpack.packb(body, use_bin_type=True), 6))
-    tmp.replace(path)  # workers symbolizing the same library at once: the last write wins, same content
+    # workers symbolizing the same library at once: the last write wins, same content
+    write_atomic(path, zlib.compress(msgpack.packb(body, use_bin_type=True), 6))
 
 
 def symbolize(symbolizer: str, library: str, offsets: np.ndarray) -> CounterLocations:

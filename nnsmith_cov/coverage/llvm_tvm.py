@@ -36,6 +36,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from nnsmith_cov.atomic_file import write_atomic
 from nnsmith_cov.coverage.llvm_builds import (
     MARKER,
     MARKER_SCHEMA,
@@ -247,9 +248,7 @@ def _build(
         "extension": str(main.relative_to(root)),
         "libraries": sorted(libs),
     }
-    tmp = root / (MARKER + ".tmp")
-    tmp.write_text(json.dumps(marker, indent=1) + "\n")
-    tmp.replace(root / MARKER)
+    write_atomic(root / MARKER, json.dumps(marker, indent=1) + "\n")
     return InstrumentedBuild(root, marker)
 
 

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import msgpack
 import numpy as np
 
+from nnsmith_cov.atomic_file import write_atomic
 from nnsmith_cov.coverage.collector import CollectorError
 from nnsmith_cov.coverage.covmap import Hits
 from nnsmith_cov.coverage.declared import DeclaredBackend
@@ -356,9 +357,7 @@ def _save_cache(path: Path, universe: Universe, rules: dict[str, _FileRules]) ->
         "rules": {rel: r.to_wire() for rel, r in rules.items()},
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{id(body)}.tmp")
-    tmp.write_bytes(zlib.compress(msgpack.packb(body, use_bin_type=True), 6))
-    tmp.replace(path)
+    write_atomic(path, zlib.compress(msgpack.packb(body, use_bin_type=True), 6))
 
 
 def _load_cache(path: Path) -> tuple[Universe, dict[str, _FileRules]] | None:

@@ -35,6 +35,8 @@ from pathlib import Path
 import msgpack
 import numpy as np
 
+from nnsmith_cov.atomic_file import write_atomic
+
 UNIVERSE_SCHEMA = 2
 
 
@@ -197,9 +199,7 @@ class Universe:
     def save(self, path: Path) -> None:
         """Write atomically: a reader never sees half a universe."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(self.to_bytes())
-        tmp.replace(path)
+        write_atomic(path, self.to_bytes())
 
     @staticmethod
     def load(path: Path) -> Universe:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from nnsmith_cov import bounded_read
+from nnsmith_cov.atomic_file import write_atomic
 from nnsmith_cov.coverage.universe import path_matches
 from nnsmith_cov.report.model import Campaign, ReportError, key_file
 
@@ -69,17 +71,14 @@ def read_json(path: Path, label: str, pass_filters: Sequence[str] | None = None)
 
 
 def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", newline="") as f:
-        if rows:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
-    tmp.replace(path)
+    out = io.StringIO(newline="")
+    if rows:
+        w = csv.DictWriter(out, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    write_atomic(path, out.getvalue())
 
 
 def write_text(path: Path, text: str) -> None:
-    """Write through a temp file, so an interrupted report never leaves half a file."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    """Written whole or not at all: an interrupted report never leaves half a file."""
+    write_atomic(path, text)

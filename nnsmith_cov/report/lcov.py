@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from nnsmith_cov.atomic_file import write_atomic
 from nnsmith_cov.coverage.collector import PASS_FILTERS
 from nnsmith_cov.coverage.universe import path_matches
 from nnsmith_cov.report.model import Campaign, ReportError, key_file
@@ -69,9 +70,7 @@ def write_lcov(c: Campaign, path: Path) -> None:
             hit_lines[ln] = max(hit_lines.get(ln, 0), t)
         lines += [f"DA:{ln},{t}" for ln, t in sorted(hit_lines.items())]
         lines += [f"LF:{len(hit_lines)}", f"LH:{sum(1 for t in hit_lines.values() if t)}", "end_of_record"]
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    tmp.replace(path)
+    write_atomic(path, "\n".join(lines) + "\n")
 
 
 def read_lcov(path: Path, label: str, pass_filters: Sequence[str] | None = None) -> Campaign:
