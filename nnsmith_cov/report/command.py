@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nnsmith_cov.atomic_file import write_atomic
 from nnsmith_cov.flags import add_flags
 from nnsmith_cov.report.compare import by_line, check_comparable, pairwise, venn_regions
-from nnsmith_cov.report.export import write_csv, write_json, write_text
+from nnsmith_cov.report.export import write_csv, write_json
 from nnsmith_cov.report.lcov import write_lcov
 from nnsmith_cov.report.load import load_any, resource_timeline, spec_parts
 from nnsmith_cov.report.model import Campaign, ReportError
@@ -107,7 +108,7 @@ def make_report(specs: Sequence[str], out: Path, opts: ReportOptions | None = No
     out.mkdir(parents=True, exist_ok=True)
     write_csv(out / "table.csv", report.rows)
     body = {"parts": {name: f"{name}/report.json" for name in parts}, "campaigns": report.rows}
-    write_text(out / "report.json", json.dumps(body, indent=1) + "\n")
+    write_atomic(out / "report.json", json.dumps(body, indent=1) + "\n")
     report.files += [out / "table.csv", out / "report.json"]
     return report
 
@@ -162,7 +163,7 @@ def _make_one(campaigns: list[Campaign], out: Path, opts: ReportOptions) -> Repo
         "ops_top": {c.label: c.ops[:15] for c in campaigns if c.ops},
         "files": sorted(str(p.relative_to(out)) for p in report.files),
     }
-    write_text(out / "report.json", json.dumps(body, indent=1) + "\n")
+    write_atomic(out / "report.json", json.dumps(body, indent=1) + "\n")
     report.files += [out / "table.csv", out / "report.json"]
     return report
 

@@ -33,7 +33,7 @@ def branches_json(c: Campaign) -> dict[str, Any]:
 
 
 def write_json(c: Campaign, path: Path) -> None:
-    write_text(path, json.dumps(branches_json(c), indent=1) + "\n")
+    write_atomic(path, json.dumps(branches_json(c), indent=1) + "\n")
 
 
 def read_json(path: Path, label: str, pass_filters: Sequence[str] | None = None) -> Campaign:
@@ -77,8 +77,3 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
         w.writeheader()
         w.writerows(rows)
     write_atomic(path, out.getvalue())
-
-
-def write_text(path: Path, text: str) -> None:
-    """Written whole or not at all: an interrupted report never leaves half a file."""
-    write_atomic(path, text)
