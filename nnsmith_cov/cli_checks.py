@@ -151,5 +151,8 @@ def _to_args(cfg: FuzzConfig, args: argparse.Namespace) -> None:
     args.cov_targets, args.pass_filter = cfg.cov_targets, cfg.pass_filters
     args.feedback = "on" if cfg.feedback else "off"
     args.mutation = "on" if cfg.mutation else "off"
+    args.hedge = cfg.hedge if cfg.feedback else None
+    args.grow_max = cfg.grow_max if cfg.feedback and cfg.grow_max else None
+    args.vary_size = cfg.vary_size
     args.time = args.time if args.time is not None else cfg.time_s
     args.tests = args.tests if args.tests is not None else cfg.max_tests

@@ -55,6 +55,11 @@ def share(text: str) -> float:
     return _number(text, float, lambda v: 0.0 <= v <= 1.0, "must be a number in [0, 1]")
 
 
+def hedge(text: str) -> float:
+    """--hedge: a share in [0, 1) (1 would be feedback off)."""
+    return _number(text, float, lambda v: 0.0 <= v < 1.0, "must be a number in [0, 1)")
+
+
 def nodes(text: str) -> int:
     """--nodes: an integer in 1..MAX_NODES."""
     return _int_in(text, MAX_NODES)

@@ -306,6 +306,14 @@ FLAGS: tuple[Flag, ...] = (
         metavar="N[,M...]",
     ),
     Flag(
+        ("--hedge",),
+        "with feedback, the share of tests drawn as without it: a fresh graph, every choice "
+        "uniform (default 0.5; 0: every test steered or grown from the corpus)",
+        on("fuzz"),
+        v.hedge,
+        metavar="SHARE",
+    ),
+    Flag(
         ("--vary-size",),
         "with --feedback off, draw each graph's size uniformly among the sizes feedback chooses "
         "from (the off-var ablation: the same choices, drawn at random)",

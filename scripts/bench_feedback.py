@@ -25,7 +25,8 @@ scheduler has arms for uniformly: opsets 11-20, symbolic dims and the round trip
 the graphs, and the graph size among the size arm's choices (`--vary-size`), never mutating),
 `on-nomut` (feedback, kept tests only grown at the end), `on-grow20` (`on` with children of
 kept tests capped at 20 operators, `--grow-max 20`: 2 x the default size), `on-learn` (`on` with the
-cap an arm the scheduler learns between 20 and 40, `--grow-max 20,40`). The committed TVM run of
+cap an arm the scheduler learns between 20 and 40, `--grow-max 20,40`), `on-nohedge` (`on` with
+every test steered or grown, `--hedge 0`: `on` before its hedge). The committed TVM run of
 docs/bench-feedback-tvm-30min/ predates `--vary-size`: its off-var kept the configured size
 (on the fake chain, scripts/bench_chain.py, drawing the size alone took off-var from 1 to 9 of
 12 seeds).
@@ -65,6 +66,7 @@ MODES = {
     "on-nomut": ["--feedback", "on", "--mutation", "off"],
     "on-grow20": ["--feedback", "on", "--mutation", "on", "--grow-max", "20"],
     "on-learn": ["--feedback", "on", "--mutation", "on", "--grow-max", "20,40"],
+    "on-nohedge": ["--feedback", "on", "--mutation", "on", "--hedge", "0"],
     "off": ["--feedback", "off"],
     "off-var": ["--feedback", "off", "--opsets", "11-20", "--dynamic", "0.5", "--roundtrip", "0.5", "--vary-size"],
 }
@@ -324,11 +326,14 @@ ORIGIN_FIELDS = ("tests", "entries", "unique", "ms", "new")  # what `Finds.origi
 
 
 def origin_of(parent: int | None, gen: Mapping[str, object]) -> str:
-    """How a kept test's graph was made: "fresh", "grow" (its parent's draws with more tries at
-    the end) or the kind of mutation of its parent's draws ("extend", ...)."""
+    """How a kept test's graph was made: "fresh", "uniform" (a fresh graph of the scheduler's
+    hedge, drawn as without feedback), "grow" (its parent's draws with more tries at the end)
+    or the kind of mutation of its parent's draws ("extend", ...)."""
     mutation = gen.get("mutation")
     if isinstance(mutation, dict) and isinstance(mutation.get("kind"), str):
         return mutation["kind"]
+    if gen.get("hedged") is True:
+        return "uniform"
     return "fresh" if parent is None else "grow"
 
 
@@ -363,12 +368,15 @@ def entry_cost(timings: Mapping[str, float], gen: Mapping[str, object]) -> float
     return float(sum(timings.values())) + (float(gen_ms) if isinstance(gen_ms, (int, float)) else 0.0)
 
 
-def tests_by_origin(tests_run: int, children: object) -> dict[str, int]:
+def tests_by_origin(tests_run: int, children: object, hedged: object = None) -> dict[str, int]:
     """The campaign's tests per origin: the scheduler's children per arm (`Scheduler.children`:
-    arm -> [tried, with new coverage]), the rest fresh; all fresh without that record."""
+    arm -> [tried, with new coverage]) and its hedge's tests (`Scheduler.hedged`, as "uniform"),
+    the rest fresh; all fresh without those records."""
     tried = {}
     if isinstance(children, dict):
         tried = {str(a): int(c[0]) for a, c in children.items() if isinstance(c, list) and c and int(c[0]) > 0}
+    if isinstance(hedged, list) and hedged and int(hedged[0]) > 0:
+        tried["uniform"] = int(hedged[0])
     return {"fresh": max(0, tests_run - sum(tried.values()))} | tried
 
 
@@ -396,7 +404,7 @@ def first_finds(folder: Path, keys: frozenset[str]) -> tuple[list[Find], dict[st
                 for t, r in store.entries(include_finding_only=True)
             )
             state = store.scheduler_state() or {}
-            ran = tests_by_origin(store.counters().tests_run, state.get("children"))
+            ran = tests_by_origin(store.counters().tests_run, state.get("children"), state.get("hedged"))
             counts: dict[str, list[float]] = {o: [n, 0, 0.0, 0] for o, n in ran.items()}
 
             def entries() -> Iterable[Entry]:

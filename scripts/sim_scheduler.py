@@ -15,6 +15,7 @@ op, and compares the scheduler with and without its pick of the first op.
 
     python scripts/sim_scheduler.py [--tests 2000] [--seeds 3] [--ops 103]
                                     [--discount 0.997] [--prior-tests 4] [--lift-cap 32] [--floor 0.2]
+                                    [--window 256] [--hedge 0.5]
 """
 
 from __future__ import annotations
@@ -44,8 +45,11 @@ def main() -> None:
     ap.add_argument("--lift-cap", type=float, default=BanditParams.lift_cap)
     ap.add_argument("--floor", type=float, default=BanditParams.floor)
     ap.add_argument("--window", type=int, default=BanditParams.window)
+    ap.add_argument("--hedge", type=float, default=BanditParams.hedge, help="share of tests drawn uniformly")
     args = ap.parse_args()
-    params = BanditParams(args.discount, args.prior_tests, args.lift_cap, args.floor, window=args.window)
+    params = BanditParams(
+        args.discount, args.prior_tests, args.lift_cap, args.floor, window=args.window, hedge=args.hedge
+    )
     names = ["Conv2d", "Relu"] + [f"Op{i}" for i in range(args.ops - 2)]
     T, half = args.tests, args.tests // 2
     n_ops = len(names)

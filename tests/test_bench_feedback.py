@@ -103,6 +103,8 @@ def test_unique_branches_are_credited_to_the_entry_that_first_reached_them(bench
     # corpus entries, unique branches first reached, the entries' ms, their new branches]
     ran = bench.tests_by_origin(10, {"grow": [3, 2], "extend": [1, 1], "attr": [0, 0]})
     assert ran == {"fresh": 6, "grow": 3, "extend": 1} and bench.tests_by_origin(4, None) == {"fresh": 4}
+    # the scheduler's hedge: its tests count as "uniform", out of the fresh ones
+    assert bench.tests_by_origin(10, {"grow": [3, 2]}, [4, 1]) == {"fresh": 3, "grow": 3, "uniform": 4}
     kept = {"fresh": [2, 180.0, 9], "extend": [1, 150.0, 2], "grow": [1, 95.04, 0]}
     counts = {o: [n, *kept[o]] for o, n in ran.items()}
     origins = bench.by_origin(finds, counts)
@@ -112,6 +114,7 @@ def test_unique_branches_are_credited_to_the_entry_that_first_reached_them(bench
     assert bench.entry_cost({"search": 4.5}, {}) == 4.5 and bench.entry_cost({}, {"gen_ms": None}) == 0.0
     assert bench.origin_of(None, {}) == "fresh" and bench.origin_of(4, {"mutation": None}) == "grow"
     assert bench.origin_of(4, {"mutation": {"kind": "extend", "at": 3}}) == "extend"
+    assert bench.origin_of(None, {"hedged": True}) == "uniform" and bench.origin_of(None, {"hedged": 1}) == "fresh"
     big = bench.Find(900, 12.0, 7, "finding")
     small = [bench.Find(10, 20.0 + i, 8 + i, "pass") for i in range(6)]
     finds = [

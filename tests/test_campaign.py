@@ -37,6 +37,12 @@ def test_campaign_keeps_new_coverage_and_resumes_where_it_stopped(tmp_path, caps
     # the map only grows: every branch reached before is still reached
     assert np.all(virgin2.virgin <= virgin.virgin) and virgin2.count() >= virgin.count()
     assert "resume with --resume" in capsys.readouterr().out
+    # the hedge's tests (drawn as without feedback) are counted across the resume, and the
+    # entries they made say so: as many as those of its tests that reached new coverage
+    hedged = json.loads((folder / "stats.json").read_text())["scheduler"]["hedged"]
+    with CorpusStore.open(folder / "lmdb", readonly=True) as store:
+        marked = [r.gen.get("hedged") for _, r in store.entries()]
+    assert hedged[0] >= 1 and marked.count(True) == hedged[1] and set(marked) <= {True, None}
 
 
 def test_feedback_off_stores_no_weights_and_existing_folders_are_refused(tmp_path, capsys):

@@ -144,6 +144,31 @@ def test_resume_restores_what_fuzz_stored(tmp_path):
     assert sorted(args.ops) == ["Add", "Relu"] and args.feedback == "on" and args.output == tmp_path
 
 
+@pytest.mark.parametrize("feedback", [True, False])
+def test_resume_gives_back_the_flags_that_made_the_campaign(tmp_path, feedback):
+    """The restored flags build the stored config again, the feedback and off-var knobs included
+    (a resumed campaign once lost its --grow-max cap and off-var its --vary-size)."""
+    import argparse
+    import json
+
+    from nnsmith_cov.campaign.fuzz_loop import FuzzConfig
+    from nnsmith_cov.campaign.testcase import CaseSettings
+    from nnsmith_cov.cli_checks import restore_fuzz_args
+    from nnsmith_cov.commands.fuzz import _fuzz_config, _Plan
+    from nnsmith_cov.gen.generator import GenConfig
+    from nnsmith_cov.ops import select_ops
+
+    gen = GenConfig(nodes=7, ops=select_ops(["Add", "Relu"]), opsets=(13, 17))
+    knobs = dict(mutation=True, grow_max=(12, 20), hedge=0.3) if feedback else dict(vary_size=True)
+    cfg = FuzzConfig(gen, CaseSettings(["ort"]), seed=5, max_tests=9, feedback=feedback, collector="python", **knobs)
+    (tmp_path / "config.json").write_text(json.dumps(cfg.to_json() | {"versions": {}}))
+    args = argparse.Namespace(resume=tmp_path, time=None, tests=None, plugin=[], cov_targets=[], pass_filter=None)
+    restore_fuzz_args(args)
+    args.time = None
+    again = _fuzz_config(args, _Plan(True, "python", feedback), gen, cfg.settings)
+    assert again.to_json() == cfg.to_json()
+
+
 def test_resume_takes_only_the_flags_that_do_not_change_the_campaign(tmp_path):
     from nnsmith_cov.cli import CliError
     from nnsmith_cov.cli_checks import check_resume_flags
@@ -358,6 +383,7 @@ def _rich_config():
         generator="graphfuzzer",
         dynamic_arm=True,
         mutation=True,
+        hedge=0.125,
     )
 
 
@@ -407,7 +433,7 @@ def test_a_schema_3_config_reads_with_children_capped_at_four_times_its_size_and
     old = _rich_config().to_json() | {"schema": 3}
     del old["grow_max"]
     cfg = FuzzConfig.from_json(old)
-    assert cfg.gen.nodes == 7 and cfg.grow_caps == (28,) and cfg.to_json()["schema"] == 5
+    assert cfg.gen.nodes == 7 and cfg.grow_caps == (28,) and cfg.to_json()["schema"] == 6
     assert FuzzConfig.from_json(dataclasses.replace(cfg, grow_max=(9,)).to_json()).max_grown == 9
     # schema 4 held one number: that cap, fixed
     assert FuzzConfig.from_json(cfg.to_json() | {"schema": 4, "grow_max": 11}).grow_caps == (11,)
@@ -428,6 +454,35 @@ def test_a_schema_3_config_reads_with_children_capped_at_four_times_its_size_and
         assert main([*argv, "-o", str(tmp_path / "f"), "--grow-max", bad]) == 2
         assert why in capsys.readouterr().err
     assert not (tmp_path / "f").exists()
+
+
+def test_a_schema_5_config_reads_without_a_hedge_and_the_hedge_flag_is_stored_and_checked(tmp_path, capsys):
+    import dataclasses
+    import json
+
+    from nnsmith_cov.campaign.fuzz_config import FuzzConfig
+    from nnsmith_cov.stored import StoredError
+
+    old = _rich_config().to_json() | {"schema": 5}
+    del old["hedge"]
+    assert FuzzConfig.from_json(old).hedge == 0.0  # campaigns before the hedge steered every test
+    cfg = dataclasses.replace(_rich_config(), hedge=0.25)
+    assert FuzzConfig.from_json(cfg.to_json()).hedge == 0.25
+    for bad in (1, 1.5, -0.1, "0.5", None, True):
+        with pytest.raises(StoredError, match="hedge"):
+            FuzzConfig.from_json(cfg.to_json() | {"hedge": bad})
+    # The flag: stored with feedback (0.5 unless given), refused without it or out of [0, 1).
+    argv = ["fuzz", "--backends", "ort", "--tests", "2", "--ops", "Relu", "Add", "--nodes", "3"]
+    assert main([*argv, "-o", str(tmp_path / "a"), "--collector", "python", "--hedge", "0"]) == 0
+    assert json.loads((tmp_path / "a" / "config.json").read_text())["hedge"] == 0.0
+    assert main([*argv, "-o", str(tmp_path / "b"), "--collector", "python"]) == 0
+    assert json.loads((tmp_path / "b" / "config.json").read_text())["hedge"] == 0.5
+    assert main([*argv, "-o", str(tmp_path / "c"), "--collector", "none", "--hedge", "0.2"]) == 2
+    assert "--hedge needs feedback" in capsys.readouterr().err
+    for bad, why in (("1", "must be a number in [0, 1)"), ("x", "not a number")):
+        assert main([*argv, "-o", str(tmp_path / "d"), "--collector", "python", "--hedge", bad]) == 2
+        assert why in capsys.readouterr().err
+    assert not (tmp_path / "c").exists() and not (tmp_path / "d").exists()
 
 
 def test_a_schema_2_config_reads_with_sizes_fixed_and_vary_size_round_trips(tmp_path):
@@ -460,7 +515,8 @@ def test_a_schema_2_config_reads_with_sizes_fixed_and_vary_size_round_trips(tmp_
 @pytest.mark.parametrize(
     "change, message",
     [
-        ({"schema": 6}, "schema 6: this nnsmith-cov reads config schemas 1..5"),
+        ({"schema": 7}, "schema 7: this nnsmith-cov reads config schemas 1..6"),
+        ({"hedge": 1.0}, "hedge must be a share in [0, 1), not 1.0"),
         ({"grow_max": 0}, "grow_max must be a list of 1..8 distinct integers in 1..800, not 0"),
         ({"grow_max": [0]}, "grow_max must be a list of 1..8 distinct integers in 1..800, not [0]"),
         ({"grow_max": [20, 20]}, "grow_max must be a list of 1..8 distinct integers in 1..800, not [20, 20]"),

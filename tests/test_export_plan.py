@@ -24,6 +24,7 @@ from nnsmith_cov.ops import ALL_OPS, op_by_name
 from nnsmith_cov.search.gradient import search_values
 
 ALL_OPSETS = tuple(range(MIN_OPSET, MAX_OPSET + 1))
+pytestmark = pytest.mark.usefixtures("every_test_steered")  # (the bandit as it steers)
 
 
 def _floor(graph: GraphIR) -> int:
@@ -274,8 +275,9 @@ def test_proposals_and_states_round_trip_with_the_export_arms():
 
 def _before_mutation(state: dict) -> dict:
     """A state as schemas 1-3 wrote it: without the mutation arms, the ranked reward's recent
-    scores, the children counts and the export-form arms (schemas 4 and 5)."""
+    scores, the children counts and the export-form arms (schemas 4 and 5), nor the hedge (9)."""
     del state["recent"], state["children"], state["config"]["mutation"], state["groups"]["mutation"]
+    del state["hedged"], state["config"]["params"]["hedge"]
     del state["config"]["forms"], state["config"]["params"]["window"], state["config"]["caps"]
     return state
 

@@ -21,6 +21,7 @@ from nnsmith_cov.ops import ALL_OPS, op_by_name
 NAMES = ["Conv2d", "Relu"] + [f"Op{i}" for i in range(28)]
 K = len(NAMES)
 FLOOR = BanditParams().floor
+pytestmark = pytest.mark.usefixtures("every_test_steered")  # (the bandit as it steers)
 NEW = Novelty(1, 0)
 NOTHING = Novelty(0, 0)
 
@@ -449,11 +450,64 @@ def test_the_cap_on_a_childs_ops_is_learned_among_the_campaigns_caps():
         Scheduler(NAMES, 10, caps=(0, 20))
 
 
+def test_the_hedge_draws_its_share_of_tests_as_feedback_off_does_and_learns_from_them():
+    params = BanditParams(hedge=0.3)
+    s = Scheduler(NAMES, 10, seed=3, params=params, opsets=(13, 17, 20), dynamic=True, roundtrip=True, mutation=True)
+    run(s, conv_rule, 300, seed=3)
+    assert 0.2 * 300 < s.hedged[0] < 0.4 * 300 and 0 < s.hedged[1] <= s.hedged[0]
+    props = [s.propose() for _ in range(2000)]
+    hedged = [p for p in props if p.hedged]
+    assert 0.27 < len(hedged) / len(props) < 0.33
+    off = Scheduler(NAMES, 10, feedback=False, vary=True).propose()  # what off-var proposes
+    uniform = dataclasses.replace(off, dynamic_prob=0.5, roundtrip_prob=0.5, hedged=True)
+    assert {_frozen(dataclasses.replace(p, nodes=off.nodes)) for p in hedged} == {_frozen(uniform)}
+    assert {p.nodes for p in hedged} == set(s.sizes)  # every size, as off-var draws them
+    # the others are steered (Conv2d pays: above its uniform weight), some of them seeded
+    steered = [p for p in props if not p.hedged]
+    assert np.mean([p.op_weights["Conv2d"] for p in steered]) > 2 and any(p.seeded for p in steered)
+    # a hedged test is evidence like any other: the groups of the choices it made learn from it
+    before = s.groups["op"].to_json()
+    rec = synthetic_record(hedged[0], NAMES, np.random.default_rng(0))
+    s.observe(hedged[0], rec, NEW)
+    assert s.groups["op"].to_json() != before and s.hedged[0] > 0
+    assert Scheduler.from_state(json.loads(json.dumps(s.state()))).hedged == s.hedged
+    # no hedge: every test steered; a hedge of 1 would be feedback off
+    none = Scheduler(NAMES, 10, seed=3, params=BanditParams(hedge=0.0))
+    assert not any(none.propose().hedged for _ in range(300))
+    with pytest.raises(ValueError, match="hedge"):
+        BanditParams(hedge=1.0)
+
+
+def _frozen(p: Proposal) -> tuple:
+    return tuple(json.dumps(v, sort_keys=True) for v in p.to_json().values())
+
+
+def test_a_schema_8_state_resumes_without_a_hedge():
+    s = Scheduler(NAMES, 10, seed=7, mutation=True, params=BanditParams(hedge=0.0))
+    run(s, conv_rule, 50, seed=7)
+    old = json.loads(json.dumps(s.state()))
+    assert old["schema"] == 9
+    old["schema"] = 8
+    del old["hedged"], old["config"]["params"]["hedge"]
+    back = Scheduler.from_state(old)
+    assert back.params.hedge == 0.0 and back.hedged == [0, 0] and back.propose() == s.propose()
+    assert Scheduler.from_state(json.loads(json.dumps(back.state()))).state() == back.state()
+    for bad in ([1], [1, -1], [1, 2.5], "2"):
+        with pytest.raises(ValueError, match="hedged"):
+            Scheduler.from_state(json.loads(json.dumps(s.state())) | {"hedged": bad})
+    proposal = s.propose().to_json()
+    del proposal["hedged"]
+    assert Proposal.from_json(proposal).hedged is False
+    with pytest.raises(ValueError, match="hedged"):
+        Proposal.from_json(proposal | {"hedged": 1})
+
+
 def test_a_schema_7_state_resumes_without_cap_arms():
     s = Scheduler(NAMES, 10, seed=7, mutation=True)
     run(s, conv_rule, 50, seed=7)
     old = json.loads(json.dumps(s.state()))
     old["schema"] = 7
+    del old["hedged"], old["config"]["params"]["hedge"]  # (nor the hedge: schema 9)
     del old["config"]["caps"]
     back = Scheduler.from_state(old)
     assert back.caps == () and "grow_max" not in back.groups and back.propose() == s.propose()
@@ -471,6 +525,7 @@ def test_a_schema_3_state_resumes_with_mutation_off_and_the_default_window():
     run(s, conv_rule, 50, seed=7)
     old = json.loads(json.dumps(s.state()))
     old["schema"] = 3
+    del old["hedged"], old["config"]["params"]["hedge"]  # (nor the hedge: schema 9)
     del old["config"]["mutation"], old["groups"]["mutation"], old["recent"], old["config"]["params"]["window"]
     del old["children"], old["config"]["forms"]  # (schema 3 had no export-form arms either)
     del old["config"]["vary"], old["config"]["caps"]  # (nor the sizes of off-var, nor cap arms)
@@ -489,6 +544,7 @@ def test_a_schema_5_state_resumes_with_plain_sizes_and_the_same_proposals():
     run(s, conv_rule, 50, seed=7)
     old = json.loads(json.dumps(s.state()))
     old["schema"] = 5
+    del old["hedged"], old["config"]["params"]["hedge"]  # (nor the hedge: schema 9)
     del old["config"]["vary"], old["config"]["caps"]
     back = Scheduler.from_state(old)
     assert back.vary is False and back.propose() == s.propose()
@@ -501,10 +557,11 @@ def test_a_schema_6_state_resumes_with_grows_evidence_and_extend_without_any():
     s = Scheduler(NAMES, 10, seed=7, mutation=True)
     run(s, conv_rule, 80, seed=7)
     old = json.loads(json.dumps(s.state()))
-    assert tuple(s.groups["mutation"].labels) == ("grow", "extend") and old["schema"] == 8
+    assert tuple(s.groups["mutation"].labels) == ("grow", "extend") and old["schema"] == 9
     del old["config"]["caps"]
     # schema 6 drew grow and six edits: one count per arm, children for each
     old["schema"] = 6
+    del old["hedged"], old["config"]["params"]["hedge"]  # (nor the hedge: schema 9)
     old["groups"]["mutation"] = {k: [v[0], 1.0, 2.0, 3.0, 4.0, 5.0, 6.0] for k, v in old["groups"]["mutation"].items()}
     old["children"] = {"grow": [9, 2]} | {
         k: [1, 0] for k in ("op_swap", "attr", "dtype_rank", "insert", "delete", "splice")

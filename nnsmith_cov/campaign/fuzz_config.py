@@ -2,11 +2,11 @@
 campaign starts, `from_json` reads it back for `fuzz --resume`, checking every value (a
 campaign folder is data, and may come from anyone) and migrating older schemas explicitly.
 
-config.json, schema 5 (besides the keys below: "versions", "coverage", and for a replay
+config.json, schema 6 (besides the keys below: "versions", "coverage", and for a replay
 "replay", which describe the run rather than set it, and are not read back here):
 
-  {"schema": 5, "seed": 0, "time_s": 600.0, "max_tests": null, "feedback": true,
-   "mutation": true, "grow_max": [40], "vary_size": false, "collector": "python", "cov_targets": [],
+  {"schema": 6, "seed": 0, "time_s": 600.0, "max_tests": null, "feedback": true,
+   "mutation": true, "grow_max": [40], "hedge": 0.5, "vary_size": false, "collector": "python", "cov_targets": [],
    "pass_filters": null,
    "generator": {"nodes": 10, "binning": true, "max_elems": 65536, "timeout_ms": 60000,
                  "work_budget": 10000000, "opsets": [11, ..., 20], "dynamic_prob": null,
@@ -29,6 +29,8 @@ Schemas:
      reads as 4 x its generator's nodes, the cap campaigns had before the key.
   5  "grow_max" is a list: the caps the scheduler learns among (one: that cap, fixed); a
      schema-4 config's number reads as the list of it.
+  6  "hedge" (with feedback, the share of tests drawn as without it); a schema-5 config
+     reads as 0, the campaigns before it.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from typing import Any
 from nnsmith_cov.baselines import FEEDBACK_ARMS
 from nnsmith_cov.bounded_read import shown
 from nnsmith_cov.campaign.testcase import CaseSettings
+from nnsmith_cov.feedback.params import BanditParams
 from nnsmith_cov.flag_values import MAX_CAPS, MAX_GROWN, MAX_NODES
 from nnsmith_cov.gen.generator import GenConfig
 from nnsmith_cov.stored import (
@@ -53,12 +56,12 @@ from nnsmith_cov.stored import (
     trusted_collector,
 )
 
-CONFIG_SCHEMA = 5
+CONFIG_SCHEMA = 6
 # The caps, in multiples of the configured size, on the ops a child of a kept test may hold unless
 # the campaign says otherwise (`fuzz --grow-max`; several are learned among). One, 4: learning
 # between 2 and 4 found the chain fake's goal in 6 of 12 seeds, as 2 alone, 4 alone in 10.
 GROW_FACTORS = (4,)
-READS = (1, 2, 3, 4, 5)  # the schemas `from_json` takes (1-4 through `_migrate_1` .. `_migrate_4`)
+READS = (1, 2, 3, 4, 5, 6)  # the schemas `from_json` takes (1-5 through `_migrate_1` .. `_migrate_5`)
 
 # What a schema-1 config.json may lack, and what its absence meant (frozen here: a later
 # change of a default must not change how an old campaign resumes).
@@ -101,6 +104,7 @@ class FuzzConfig:
     mutation: bool = False  # with feedback, seeded tests may mutate their parent's draws (else only grow it)
     vary_size: bool = False  # without feedback, the size drawn uniformly among the size arm's (off-var)
     grow_max: tuple[int, ...] = ()  # caps on a grown or mutated graph's ops; (): GROW_FACTORS x gen.nodes
+    hedge: float = BanditParams.hedge  # with feedback, the share of tests drawn as without it
 
     @property
     def grow_caps(self) -> tuple[int, ...]:
@@ -122,6 +126,7 @@ class FuzzConfig:
             "feedback": self.feedback,
             "mutation": self.mutation,
             "grow_max": list(self.grow_caps),
+            "hedge": self.hedge,
             "vary_size": self.vary_size,
             "collector": self.collector,
             "cov_targets": self.cov_targets,
@@ -164,7 +169,9 @@ def _current(obj: object) -> dict[str, Any]:
         obj = _migrate_2(obj)
     if obj["schema"] == 3:
         obj = _migrate_3(obj)
-    return _migrate_4(obj) if obj["schema"] == 4 else obj
+    if obj["schema"] == 4:
+        obj = _migrate_4(obj)
+    return _migrate_5(obj) if obj["schema"] == 5 else obj
 
 
 def _migrate_1(obj: dict[str, Any]) -> dict[str, Any]:
@@ -197,6 +204,11 @@ def _migrate_4(obj: dict[str, Any]) -> dict[str, Any]:
     """A schema-4 config as schema 5: its one cap, fixed."""
     cap = obj.get("grow_max")
     return obj | {"schema": 5, "grow_max": [cap] if type(cap) is int else cap}
+
+
+def _migrate_5(obj: dict[str, Any]) -> dict[str, Any]:
+    """A schema-5 config as schema 6: no test was hedged before the hedge."""
+    return obj | {"schema": 6, "hedge": 0.0}
 
 
 def _of(
@@ -280,4 +292,5 @@ def _read(c: dict[str, Any], plugins: Collection[str]) -> FuzzConfig:
         mutation=_of(c, "mutation", bool),
         vary_size=_of(c, "vary_size", bool),
         grow_max=tuple(_of(c, "grow_max", list, _caps, f"a list of 1..{MAX_CAPS} distinct integers in 1..{MAX_GROWN}")),
+        hedge=float(_of(c, "hedge", (int, float), lambda v: 0 <= v < 1, "a share in [0, 1)")),
     )

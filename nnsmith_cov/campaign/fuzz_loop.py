@@ -34,6 +34,7 @@ from nnsmith_cov.corpus.store import CorpusStore
 from nnsmith_cov.coverage.covmap import Hits, Novelty, VirginMap
 from nnsmith_cov.coverage.universe import Universe
 from nnsmith_cov.feedback import mutate
+from nnsmith_cov.feedback.params import BanditParams
 from nnsmith_cov.feedback.scheduler import Proposal, Scheduler
 from nnsmith_cov.gen.generator import GenConfig, Generated, GenRecord
 from nnsmith_cov.gen.graph_ir import GraphIR
@@ -146,6 +147,7 @@ class Fuzzer:
             gen.bins,
             self.cfg.seed,
             feedback=self.cfg.feedback,
+            params=BanditParams(hedge=self.cfg.hedge),
             opsets=gen.opsets,
             dynamic=self.cfg.dynamic_arm,
             roundtrip=self.cfg.roundtrip_arm,
@@ -510,6 +512,8 @@ class Fuzzer:
         origin: dict[str, Any] = {"origin": "probe"} if test.proposal is None else {}
         if test.proposal is not None and test.proposal.grow_max is not None:
             origin["grow_max"] = test.proposal.grow_max  # the cap the scheduler chose for this child
+        if test.proposal is not None and test.proposal.hedged:
+            origin["hedged"] = True  # drawn as without feedback (the scheduler's hedge)
         finished = Finished(
             test.k,
             gen.record.seed,

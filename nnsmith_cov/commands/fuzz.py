@@ -90,6 +90,8 @@ def _checked(args: argparse.Namespace) -> _Plan:
         raise CliError("--mutation on needs feedback (--feedback on)")
     if args.grow_max is not None and not feedback:
         raise CliError("--grow-max needs feedback (--feedback on): without it no test is grown")
+    if args.hedge is not None and not feedback:
+        raise CliError("--hedge needs feedback (--feedback on): without it every test is drawn uniformly")
     return _Plan(resume, collector, feedback)
 
 
@@ -213,6 +215,7 @@ def _fuzz_config(args: argparse.Namespace, plan: _Plan, cfg: GenConfig, settings
     """The campaign's configuration: generator, test settings, stop conditions and feedback arms."""
     from nnsmith_cov.backends.registry import roundtrips
     from nnsmith_cov.campaign.fuzz_config import FuzzConfig
+    from nnsmith_cov.feedback.params import BanditParams
 
     feedback = plan.feedback
     return FuzzConfig(
@@ -231,6 +234,7 @@ def _fuzz_config(args: argparse.Namespace, plan: _Plan, cfg: GenConfig, settings
         mutation=feedback and args.mutation != "off",
         vary_size=not feedback and bool(args.vary_size),
         grow_max=args.grow_max or (),
+        hedge=BanditParams.hedge if args.hedge is None else args.hedge,
     )
 
 

@@ -21,6 +21,7 @@ class BanditParams:
     floor: float = 0.2  # share of every decision spread uniformly: each arm keeps >= floor / arms
     size_factors: tuple[float, ...] = (0.5, 1.0, 1.5, 2.0)  # graph sizes, times the configured node count
     window: int = 256  # recent tests a reward is ranked among (feedback.reward); 0: `reward_of`, saturating
+    hedge: float = 0.5  # share of tests drawn as feedback off draws them (a fresh graph, every choice uniform)
 
     def __post_init__(self) -> None:
         if not 0.0 < self.discount <= 1.0:
@@ -35,6 +36,8 @@ class BanditParams:
             raise ValueError("size_factors must be positive")
         if not isinstance(self.window, int) or self.window < 0:
             raise ValueError("window must be a non-negative integer")
+        if not 0.0 <= self.hedge < 1.0:
+            raise ValueError("hedge must be in [0, 1): a hedge of 1 is feedback off")
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self) | {"size_factors": list(self.size_factors)}
@@ -42,8 +45,10 @@ class BanditParams:
     @staticmethod
     def from_json(obj: Any) -> BanditParams:
         names = {f.name for f in dataclasses.fields(BanditParams)}
-        if isinstance(obj, dict) and set(obj) == names - {"window"}:  # saved before the ranked reward
+        if isinstance(obj, dict) and set(obj) == names - {"window", "hedge"}:  # saved before the ranked reward
             obj = obj | {"window": BanditParams.window}
+        if isinstance(obj, dict) and set(obj) == names - {"hedge"}:  # saved before the hedge: none
+            obj = obj | {"hedge": 0.0}
         if not isinstance(obj, dict) or set(obj) != names:
             raise ValueError(f"bandit params: expected the fields {sorted(names)}")
         if not all(is_number(obj[k]) for k in names - {"size_factors"}):
@@ -70,7 +75,8 @@ class Proposal:
     `dynamic_prob` / `roundtrip_prob` None keep the base config's. `mutation`, for a
     seeded test, is how the parent is changed (`feedback.mutate.ARMS`; None: grown), and
     `grow_max` the most ops its child may hold, where the scheduler learns the cap.
-    `first_op` is the op a fresh graph starts with (`GenConfig.first_op`).
+    `first_op` is the op a fresh graph starts with (`GenConfig.first_op`). `hedged`: the
+    test is one of the scheduler's hedge, every knob as feedback off draws it.
     """
 
     op_weights: dict[str, float] | None  # per op spec name
@@ -85,6 +91,7 @@ class Proposal:
     form_weights: dict[str, list[float]] | None = None  # per form draw label, one weight per option
     grow_max: int | None = None  # a seeded test's cap on its child's ops (None: the campaign's only cap)
     first_op: str | None = None  # the op a fresh graph's first insertion tries (None: drawn by op_weights)
+    hedged: bool = False  # drawn as without feedback (`BanditParams.hedge`)
 
     def to_json(self) -> dict[str, Any]:
         obj = dataclasses.asdict(self)
@@ -102,6 +109,8 @@ class Proposal:
             obj = obj | {"grow_max": None}
         if isinstance(obj, dict) and "first_op" not in obj:  # from before the first op was chosen
             obj = obj | {"first_op": None}
+        if isinstance(obj, dict) and "hedged" not in obj:  # from before the hedge
+            obj = obj | {"hedged": False}
         if not isinstance(obj, dict) or set(obj) != {f.name for f in dataclasses.fields(Proposal)}:
             raise ValueError("proposal: unexpected fields")
         if obj["mutation"] is not None and obj["mutation"] not in ARMS:
@@ -137,8 +146,8 @@ class Proposal:
             raise ValueError("proposal: forward_prob must be a number in [0, 1]")
         if not (is_int(nodes) and nodes >= 1):
             raise ValueError("proposal: nodes must be a positive integer")
-        if not isinstance(obj["seeded"], bool):
-            raise ValueError("proposal: seeded must be a bool")
+        if not isinstance(obj["seeded"], bool) or not isinstance(obj["hedged"], bool):
+            raise ValueError("proposal: seeded and hedged must be bools")
         cap = obj["grow_max"]
         if cap is not None and not (is_int(cap) and cap >= 1):
             raise ValueError("proposal: grow_max must be a positive integer or null")
@@ -155,6 +164,7 @@ class Proposal:
             None if forms is None else {k: [float(x) for x in w] for k, w in forms.items()},
             cap,
             obj["first_op"],
+            obj["hedged"],
         )
 
 

@@ -44,8 +44,9 @@ from nnsmith_cov.gen.graph_ir import DEFAULT_OPSET
 # schema 5 (before off-var drew its sizes) as vary false; schema 6 (whose mutation arms were
 # grow and the six edits of `feedback.mutate.MUTATIONS` but ``extend``) keeps grow's evidence,
 # ``extend`` starts without any and the others' is dropped (they are no longer drawn); schema 7
-# (before the cap on a child's ops was an arm) as no caps: the campaign's one cap applies.
-STATE_SCHEMA = 8
+# (before the cap on a child's ops was an arm) as no caps: the campaign's one cap applies;
+# schema 8 (before the hedge, `BanditParams.hedge`) as hedge 0 and no hedged tests counted.
+STATE_SCHEMA = 9
 
 BIN_KINDS = (AttrKind.SIZE, AttrKind.PAD, AttrKind.SIGNED)
 DIRECTIONS = ("forward", "backward")
@@ -62,6 +63,7 @@ _NEW_GROUPS = {
     6: set(),
     7: set(),
     8: set(),
+    9: set(),
 }
 _NEW_CONFIG = {
     1: {"opsets": [DEFAULT_OPSET], "dynamic": False, "roundtrip": False, "mutation": False, "forms": {}},
@@ -72,6 +74,7 @@ _NEW_CONFIG = {
     6: {},
     7: {},
     8: {},
+    9: {},
 }
 for _old in range(1, 6):
     _NEW_CONFIG[_old] = _NEW_CONFIG[_old] | {"vary": False}
@@ -81,6 +84,7 @@ for _old in range(1, 8):
 _SUMMARY_SAMPLES = 256
 MAX_PRIOR_RATE = 0.9
 COST_CAP = 4.0  # a test counts as at most this many average tests (and at least its inverse)
+DEFAULT_PARAMS = BanditParams()  # a scheduler's constants unless it is given others
 
 
 def reward_of(novelty: Novelty | None) -> float:
@@ -246,6 +250,29 @@ class Scheduler:
       bin keeps 0.2/bins, each size and origin is picked with probability
       >= 0.2/arms. What the reward cannot see (diversity of the corpus) is never
       traded away entirely.
+    - hedge 0.5: half the tests are drawn as feedback off draws them (`propose`:
+      a fresh graph, ops, bins and direction uniform, the opset, symbolic dims
+      and round trip uniform, the size uniform among the ``nodes`` arm's), the
+      other half steered or grown from the corpus. The floor keeps each arm
+      alive per decision, but a test made of steered decisions is still
+      steered as a whole, and on real compilers uniform draws are hard to beat
+      on breadth: a graph has one opset and one size, and every test the
+      bandit spends where it pays (opset 20, GridSample) is one the other
+      opsets' and sizes' code does not get (`docs/feedback-choice-headroom/`:
+      `on` held that code sooner and more fully, and less of the rest). Most
+      of what uniform tests reach comes in a campaign's first minutes, so
+      drawing them at half the rate gives up little, while the steered half
+      keeps the depth only feedback finds. Measured against `off-var`
+      (`docs/bench-feedback-*-hedge*`): on ORT's binary collector, 15 minutes,
+      seeds 3-6 and seeds 3 and 4 again, 1.00x-1.01x the blocks, 0.98x-2.05x
+      the unique blocks, `off-var`'s final coverage reached at 0.64-0.80 of the
+      run in five of six pairs; on TVM's Python, 30 minutes, seeds 3 and 4,
+      2.14x and 1.50x the unique arcs, reached at 0.96 and 0.73. Without the
+      hedge the same seeds gave 0.51x-0.93x (ORT, four runs) and 0.21x-1.65x
+      (TVM, four runs), reaching once in eight; on ORT seeds 3 and 4 all four
+      hedged campaigns ended above all four unhedged ones in total blocks.
+      The hedge's tests are observed like the others (unbiased evidence for
+      every arm) and counted in `hedged`; `fuzz --hedge 0` steers every test.
     - window 256: the rank of a reward is taken among about the discount's
       memory of tests (a little less), so rewards and posteriors describe the
       same stretch of the campaign; 0 restores `reward_of` (for ablations).
@@ -328,7 +355,7 @@ class Scheduler:
         self.bins_k = bins_k
         self.seed = seed
         self.feedback = feedback
-        self.params = params or BanditParams()
+        self.params = params or DEFAULT_PARAMS
         self.sizes = _sizes(nodes, self.params.size_factors)
         self.opsets = tuple(sorted(set(opsets)))
         self.dynamic = dynamic
@@ -359,6 +386,7 @@ class Scheduler:
         self.ranks = RecentRanks(self.params.window) if self.params.window else None
         # seeded tests per way of changing the parent, and those that reached new coverage (not discounted)
         self.children = {str(a): [0, 0] for a in self.groups["mutation"].labels}
+        self.hedged = [0, 0]  # the hedge's tests, and those that reached new coverage (not discounted)
         self.steps = 0  # tests observed
         # discounted reward and test count of the whole campaign: the prior's rate
         self._hits = 0.0
@@ -379,6 +407,12 @@ class Scheduler:
         if not self.feedback:
             nodes = self.sizes[int(self._rng.integers(len(self.sizes)))] if self.vary else self.nodes
             return Proposal(None, 0.5, None, nodes, False)
+        # off-var's test: every knob uniform, a fresh graph (no draw without a hedge: the
+        # proposals of a campaign from before it go on as they were)
+        if self.params.hedge and self._rng.random() < self.params.hedge:
+            nodes = self.sizes[int(self._rng.integers(len(self.sizes)))]
+            dynamic, trip = (0.5 if self.dynamic else None), (0.5 if self.roundtrip else None)
+            return Proposal(None, 0.5, None, nodes, False, None, dynamic, trip, hedged=True)
         return self._propose(self._rng)
 
     def _propose(self, rng: np.random.Generator) -> Proposal:
@@ -489,10 +523,9 @@ class Scheduler:
             exposures["mutation"] = _presence(self.groups["mutation"], [proposal.mutation or GROW])
             if proposal.grow_max is not None:
                 exposures["grow_max"] = _presence(self.groups["grow_max"], [proposal.grow_max])
-            counts = self.children.get(proposal.mutation or GROW)
-            if counts is not None:
-                counts[0] += 1
-                counts[1] += bool(novelty is not None and novelty.interesting)
+            _tally(self.children.get(proposal.mutation or GROW), novelty)
+        if proposal.hedged:
+            _tally(self.hedged, novelty)
         if record.ops:  # a graph was made: it has an export plan
             exposures["opset"] = _presence(self.groups["opset"], [record.opset])
             exposures["dynamic"] = _presence(self.groups["dynamic"], [SHAPES[record.dynamic]])
@@ -541,6 +574,7 @@ class Scheduler:
             "groups": {name: g.to_json() for name, g in self.groups.items()},
             "recent": [] if self.ranks is None else [float(x) for x in self.ranks.recent],
             "children": {k: list(v) for k, v in self.children.items()},
+            "hedged": list(self.hedged),
             "rng": rng_to_json(self._rng),
         }
 
@@ -550,9 +584,8 @@ class Scheduler:
         schema = state.get("schema") if isinstance(state, dict) else None
         if schema not in _NEW_GROUPS:
             raise ValueError(f"scheduler state: expected schema {STATE_SCHEMA}")
-        fields = {"schema", "config", "steps", "rate", "groups", "rng"} | (
-            {"recent", "children"} if schema >= 4 else set()
-        )
+        fields = {"schema", "config", "steps", "rate", "groups", "rng"}
+        fields |= ({"recent", "children"} if schema >= 4 else set()) | ({"hedged"} if schema >= 9 else set())
         if set(state) != fields:
             raise ValueError("scheduler state: unexpected fields")
         cfg = state["config"]
@@ -614,9 +647,13 @@ class Scheduler:
         if not isinstance(children, dict) or set(children) != set(s.children):
             raise ValueError(f"scheduler state: children must count the arms {sorted(s.children)}")
         for k, v in children.items():
-            if not (isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) and 0 <= x for x in v)):
+            if not _is_tally(v):
                 raise ValueError("scheduler state: children counts must be two non-negative integers")
             s.children[k] = list(v)
+        hedged = state.get("hedged", [0, 0])
+        if not _is_tally(hedged):
+            raise ValueError("scheduler state: hedged must be two non-negative integers")
+        s.hedged = list(hedged)
         rng_from_json(s._rng, state["rng"])
         return s
 
@@ -629,6 +666,7 @@ class Scheduler:
         the campaign's own draws.
         """
         out: dict[str, Any] = {"feedback": self.feedback, "tests": self.steps, "children": dict(self.children)}
+        out["hedged"] = list(self.hedged)
         out["rate"] = self._hits / self._tests if self._tests else 0.0
         rng = np.random.default_rng(self.steps)
         prior, p = self.prior(), self.params
@@ -683,6 +721,17 @@ def _sizes(nodes: int, factors: Sequence[float]) -> tuple[int, ...]:
         if n not in out:
             out.append(n)
     return tuple(out)
+
+
+def _tally(counts: list[int] | None, novelty: Novelty | None) -> None:
+    """One more test in `counts` ([tests, with new coverage])."""
+    if counts is not None:
+        counts[0] += 1
+        counts[1] += bool(novelty is not None and novelty.interesting)
+
+
+def _is_tally(v: Any) -> bool:
+    return isinstance(v, list) and len(v) == 2 and all(is_int(x) and x >= 0 for x in v)
 
 
 def _bin_group(kind: AttrKind) -> str:

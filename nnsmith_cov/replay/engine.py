@@ -101,7 +101,7 @@ def replay_config(
     config = base.to_json() | {"cov_targets": cov_targets, "pass_filters": pass_filters}
     first = next((s.config for s in sources if s.config), None)
     if first:
-        for key in ("generator", "feedback"):
+        for key in ("generator", "feedback", "hedge"):
             if key in first:
                 config[key] = first[key]
     clocks = {"source": "the campaigns' own elapsed_s", "mtime": "file modification times", "replay": "the replay's"}
