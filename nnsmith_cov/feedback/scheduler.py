@@ -405,15 +405,17 @@ class Scheduler:
     def propose(self) -> Proposal:
         """The knobs for the next test (draws from the scheduler's generator in a fixed order)."""
         if not self.feedback:
-            nodes = self.sizes[int(self._rng.integers(len(self.sizes)))] if self.vary else self.nodes
-            return Proposal(None, 0.5, None, nodes, False)
+            return Proposal(None, 0.5, None, self._any_size() if self.vary else self.nodes, False)
         # off-var's test: every knob uniform, a fresh graph (no draw without a hedge: the
         # proposals of a campaign from before it go on as they were)
         if self.params.hedge and self._rng.random() < self.params.hedge:
-            nodes = self.sizes[int(self._rng.integers(len(self.sizes)))]
             dynamic, trip = (0.5 if self.dynamic else None), (0.5 if self.roundtrip else None)
-            return Proposal(None, 0.5, None, nodes, False, None, dynamic, trip, hedged=True)
+            return Proposal(None, 0.5, None, self._any_size(), False, None, dynamic, trip, hedged=True)
         return self._propose(self._rng)
+
+    def _any_size(self) -> int:
+        """A size drawn uniformly among the ``nodes`` arm's (off-var's draw, and the hedge's)."""
+        return self.sizes[int(self._rng.integers(len(self.sizes)))]
 
     def _propose(self, rng: np.random.Generator) -> Proposal:
         prior, p, g = self.prior(), self.params, self.groups
