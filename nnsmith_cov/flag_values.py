@@ -55,9 +55,15 @@ def share(text: str) -> float:
     return _number(text, float, lambda v: 0.0 <= v <= 1.0, "must be a number in [0, 1]")
 
 
+def is_hedge(value: float) -> bool:
+    """Whether a scheduler's hedge is in [0, 1) (a hedge of 1 would be feedback off); the flag,
+    a stored config and `BanditParams` share this one rule."""
+    return 0.0 <= value < 1.0
+
+
 def hedge(text: str) -> float:
-    """--hedge: a share in [0, 1) (1 would be feedback off)."""
-    return _number(text, float, lambda v: 0.0 <= v < 1.0, "must be a number in [0, 1)")
+    """--hedge: a share in [0, 1)."""
+    return _number(text, float, is_hedge, "must be a number in [0, 1)")
 
 
 def nodes(text: str) -> int:

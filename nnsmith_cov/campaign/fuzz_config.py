@@ -44,7 +44,7 @@ from nnsmith_cov.baselines import FEEDBACK_ARMS
 from nnsmith_cov.bounded_read import shown
 from nnsmith_cov.campaign.testcase import CaseSettings
 from nnsmith_cov.feedback.params import BanditParams
-from nnsmith_cov.flag_values import MAX_CAPS, MAX_GROWN, MAX_NODES
+from nnsmith_cov.flag_values import MAX_CAPS, MAX_GROWN, MAX_NODES, is_hedge
 from nnsmith_cov.gen.generator import GenConfig
 from nnsmith_cov.stored import (
     StoredError,
@@ -292,5 +292,5 @@ def _read(c: dict[str, Any], plugins: Collection[str]) -> FuzzConfig:
         mutation=_of(c, "mutation", bool),
         vary_size=_of(c, "vary_size", bool),
         grow_max=tuple(_of(c, "grow_max", list, _caps, f"a list of 1..{MAX_CAPS} distinct integers in 1..{MAX_GROWN}")),
-        hedge=float(_of(c, "hedge", (int, float), lambda v: 0 <= v < 1, "a share in [0, 1)")),
+        hedge=float(_of(c, "hedge", (int, float), is_hedge, "a share in [0, 1)")),
     )

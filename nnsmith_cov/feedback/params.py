@@ -9,6 +9,7 @@ from typing import Any
 
 from nnsmith_cov.corpus.records import is_int
 from nnsmith_cov.feedback.mutate import ARMS
+from nnsmith_cov.flag_values import is_hedge
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ class BanditParams:
             raise ValueError("size_factors must be positive")
         if not isinstance(self.window, int) or self.window < 0:
             raise ValueError("window must be a non-negative integer")
-        if not 0.0 <= self.hedge < 1.0:
+        if not is_hedge(self.hedge):
             raise ValueError("hedge must be in [0, 1): a hedge of 1 is feedback off")
 
     def to_json(self) -> dict[str, Any]:

@@ -269,9 +269,9 @@ class Scheduler:
       run in five of six pairs; on TVM's Python, 30 minutes, seeds 3 and 4,
       2.14x and 1.50x the unique arcs, reached at 0.96 and 0.73; on TVM's C++,
       30 minutes, seeds 1-4, 1.29x-8.47x the unique blocks (geometric mean
-      3.11x), reached at 0.39-0.74. Without the
-      hedge the same seeds gave 0.51x-0.93x (ORT, four runs) and 0.21x-1.65x
-      (TVM, four runs), reaching once in eight; on ORT seeds 3 and 4 all four
+      3.11x), reached at 0.39-0.74. Without the hedge the ORT and Python
+      seeds gave 0.51x-0.93x (ORT, four runs) and 0.21x-1.65x (TVM's Python,
+      four runs), reaching once in eight; on ORT seeds 3 and 4 all four
       hedged campaigns ended above all four unhedged ones in total blocks.
       The hedge's tests are observed like the others (unbiased evidence for
       every arm) and counted in `hedged`; `fuzz --hedge 0` steers every test.
