@@ -480,7 +480,12 @@ def test_kill_9_anywhere_loses_at_most_the_test_in_flight(tmp_path: Path) -> Non
             with CorpusStore.open(path, readonly=True) as s:
                 assert s.check() == []
         os.kill(writer.pid, signal.SIGKILL)
-        out, _ = writer.communicate()
+        # Read the rest through the same text stream, not communicate(): readline() above may have
+        # buffered lines the writer printed right after "ready", and communicate() reads the pipe
+        # itself, past that buffer, so they would be lost (the writer is dead: nothing blocks).
+        out = writer.stdout.read()
+        writer.stderr.read()
+        writer.wait()
         assert writer.returncode == -signal.SIGKILL
         done = [line.split() for line in out.splitlines(keepends=True) if line.endswith("\n")]
         ids = [int(i) for i, _ in done]
