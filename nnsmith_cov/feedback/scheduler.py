@@ -271,8 +271,9 @@ class Scheduler:
       30 minutes, seeds 1-4 twice, 0.78x-8.47x the unique blocks (geometric
       mean 2.55x), reached at 0.26-0.74 in seven of eight pairs. Without the
       hedge the ORT and Python seeds gave 0.51x-0.93x (ORT, four runs) and
-      0.21x-1.65x (TVM's Python, four runs), reaching once in eight; on ORT seeds 3 and 4 all four
-      hedged campaigns ended above all four unhedged ones in total blocks.
+      0.21x-1.65x (TVM's Python, four runs), reaching once in eight; on ORT
+      seeds 3 and 4 all four hedged campaigns ended above all four unhedged
+      ones in total blocks.
       The hedge's tests are observed like the others (unbiased evidence for
       every arm) and counted in `hedged`; `fuzz --hedge 0` steers every test.
       Why half: on ORT seeds 3 and 4, 0.3 and 0.7 gave 1.24x and 1.37x the
