@@ -14,9 +14,10 @@ def agent_in(pid: int, hi: int = 0) -> tuple[Any, Any, dict[str, Any]]:
     import frida
 
     from nnsmith_cov.coverage.binary_agent import agent_source
+    from nnsmith_cov.coverage.binary_attach import frida_attach
 
     try:
-        session = frida.attach(pid)
+        session = frida_attach(pid)
     except (frida.PermissionDeniedError, frida.ProcessNotFoundError) as e:
         pytest.skip(f"frida cannot attach here: {e}")
     script = session.create_script(agent_source())

@@ -470,3 +470,36 @@ def test_a_binary_campaign_on_tvm_resumes(tmp_path, capsys) -> None:
         again, virgin2 = store.counters(), store.virgin()
     assert again.tests_run == 3 and again.next_test_id == 3
     assert np.all(virgin2.virgin <= virgin.virgin) and virgin2.count() >= virgin.count()
+
+
+_ATTACH_AND_EXIT = r"""
+import subprocess, sys
+from nnsmith_cov.coverage.binary_attach import frida_attach
+for _ in range(2):  # the second attach reuses the first one's folder
+    child = subprocess.Popen([sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(60)"],
+                             stdout=subprocess.PIPE, text=True)
+    child.stdout.readline()
+    frida_attach(child.pid).detach()
+    child.kill()
+    child.wait()
+"""
+
+
+def test_frida_leaves_no_files_behind() -> None:
+    """Frida unpacks a 10 MB daemon under the temp dir on a process's first attach and never
+    removes it; the collector gives it a folder of its own that goes when the process exits."""
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    outer = tempfile.mkdtemp(prefix="nncov-t-")  # short: the daemon's socket path must fit 108 bytes
+    try:
+        env = os.environ | {"TMPDIR": outer, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+        done = subprocess.run([sys.executable, "-c", _ATTACH_AND_EXIT], env=env, capture_output=True, timeout=120)
+        if done.returncode != 0 and b"PermissionDenied" in done.stderr:
+            pytest.skip("frida cannot attach here")
+        assert done.returncode == 0, done.stderr.decode()[-2000:]
+        assert os.listdir(outer) == []
+    finally:
+        shutil.rmtree(outer, ignore_errors=True)

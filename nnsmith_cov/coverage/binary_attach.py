@@ -12,6 +12,10 @@ worker's `Attachment` and sends back {"kind": "attached"} (with "error" when it 
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
 from typing import Any
 
 from nnsmith_cov.coverage.binary_agent import agent_source
@@ -49,7 +53,7 @@ class Attachment:
         self.close()
         self.pid = int(params["pid"])
         try:
-            self.session = frida.attach(self.pid)
+            self.session = frida_attach(self.pid)
             self.script = self.session.create_script(agent_source())
             self.script.load()
             self.script.exports_sync.init(_agent_params(params))
@@ -80,6 +84,35 @@ class Attachment:
                 session.detach()
             except Exception:  # frida raises its own types for a process that has gone; nothing to keep
                 pass
+
+
+_frida_dir: str | None = None  # this process's folder for Frida's helper files, once it has one
+
+
+def frida_attach(pid: int) -> Any:
+    """`frida.attach(pid)`, with Frida's helper files in a folder of this process's own that goes at exit.
+
+    Frida unpacks its injector daemon (10 MB) into a fresh folder under the temp dir on its
+    first attach and never removes it: one left behind per campaign. GLib reads TMPDIR once,
+    on that first attach, so pointing it at a private folder for that call is enough; the
+    window is short and comes before a campaign starts its worker threads.
+    """
+    import frida
+
+    global _frida_dir
+    if _frida_dir is not None:
+        return frida.attach(pid)
+    _frida_dir = tempfile.mkdtemp(prefix="nncov-frida-")
+    atexit.register(shutil.rmtree, _frida_dir, True)
+    old = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = _frida_dir
+    try:
+        return frida.attach(pid)
+    finally:
+        if old is None:
+            del os.environ["TMPDIR"]
+        else:
+            os.environ["TMPDIR"] = old
 
 
 def _agent_params(request: dict[str, Any]) -> dict[str, Any]:
