@@ -471,12 +471,14 @@ def test_a_schema_5_config_reads_without_a_hedge_and_the_hedge_flag_is_stored_an
     for bad in (1, 1.5, -0.1, "0.5", None, True):
         with pytest.raises(StoredError, match="hedge"):
             FuzzConfig.from_json(cfg.to_json() | {"hedge": bad})
-    # The flag: stored with feedback (0.5 unless given), refused without it or out of [0, 1).
+    # The flag: stored with feedback (0.5 unless given; 0 without), refused without it or out of [0, 1).
     argv = ["fuzz", "--backends", "ort", "--tests", "2", "--ops", "Relu", "Add", "--nodes", "3"]
     assert main([*argv, "-o", str(tmp_path / "a"), "--collector", "python", "--hedge", "0"]) == 0
     assert json.loads((tmp_path / "a" / "config.json").read_text())["hedge"] == 0.0
     assert main([*argv, "-o", str(tmp_path / "b"), "--collector", "python"]) == 0
     assert json.loads((tmp_path / "b" / "config.json").read_text())["hedge"] == 0.5
+    assert main([*argv, "-o", str(tmp_path / "e"), "--collector", "none"]) == 0  # no feedback: nothing hedged
+    assert json.loads((tmp_path / "e" / "config.json").read_text())["hedge"] == 0.0
     assert main([*argv, "-o", str(tmp_path / "c"), "--collector", "none", "--hedge", "0.2"]) == 2
     assert "--hedge needs feedback" in capsys.readouterr().err
     for bad, why in (("1", "must be a number in [0, 1)"), ("x", "not a number")):

@@ -234,7 +234,7 @@ def _fuzz_config(args: argparse.Namespace, plan: _Plan, cfg: GenConfig, settings
         mutation=feedback and args.mutation != "off",
         vary_size=not feedback and bool(args.vary_size),
         grow_max=args.grow_max or (),
-        hedge=BanditParams.hedge if args.hedge is None else args.hedge,
+        hedge=(BanditParams.hedge if args.hedge is None else args.hedge) if feedback else 0.0,  # 0: none drawn
     )
 
 
