@@ -103,7 +103,7 @@ def frida_attach(pid: int) -> Any:
     if _frida_dir is not None:
         return frida.attach(pid)
     _frida_dir = tempfile.mkdtemp(prefix="nncov-frida-")
-    atexit.register(shutil.rmtree, _frida_dir, True)
+    atexit.register(_remove, _frida_dir, os.getpid())
     old = os.environ.get("TMPDIR")
     os.environ["TMPDIR"] = _frida_dir
     try:
@@ -113,6 +113,11 @@ def frida_attach(pid: int) -> Any:
             del os.environ["TMPDIR"]
         else:
             os.environ["TMPDIR"] = old
+
+
+def _remove(folder: str, owner: int) -> None:
+    if os.getpid() == owner:  # a forked child exiting leaves its parent's daemon its files
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _agent_params(request: dict[str, Any]) -> dict[str, Any]:

@@ -266,10 +266,12 @@ class Scheduler:
       (`docs/bench-feedback-*-hedge*`): on ORT's binary collector, 15 minutes,
       seeds 3-6 and seeds 3 and 4 again, 1.00x-1.01x the blocks, 0.98x-2.05x
       the unique blocks, `off-var`'s final coverage reached at 0.64-0.80 of the
-      run in five of six pairs; on TVM's Python, 30 minutes, seeds 3 and 4,
-      2.14x and 1.50x the unique arcs, reached at 0.96 and 0.73; on TVM's C++,
-      30 minutes, seeds 1-4 twice, 0.78x-8.47x the unique blocks (geometric
-      mean 2.55x), reached at 0.26-0.74 in seven of eight pairs. Without the
+      run in five of six pairs, and at 30 minutes, seeds 1 and 2, 1.41x and
+      1.27x, reached at 0.83; on TVM's Python, 30 minutes, seeds 1-4, 7.40x,
+      4.33x, 2.14x and 1.50x the unique arcs, reached at 0.21, 0.20, 0.96 and
+      0.73; on TVM's C++, 30 minutes, seeds 1-4 twice, 0.78x-8.47x the unique
+      blocks (geometric mean 2.55x), reached at 0.26-0.74 in seven of eight
+      pairs. Without the
       hedge the ORT and Python seeds gave 0.51x-0.93x (ORT, four runs) and
       0.21x-1.65x (TVM's Python, four runs), reaching once in eight; on ORT
       seeds 3 and 4 all four hedged campaigns ended above all four unhedged
