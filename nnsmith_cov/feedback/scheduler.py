@@ -271,11 +271,10 @@ class Scheduler:
       4.33x, 2.14x and 1.50x the unique arcs, reached at 0.21, 0.20, 0.96 and
       0.73; on TVM's C++, 30 minutes, seeds 1-4 twice, 0.78x-8.47x the unique
       blocks (geometric mean 2.55x), reached at 0.26-0.74 in seven of eight
-      pairs. Without the
-      hedge the ORT and Python seeds gave 0.51x-0.93x (ORT, four runs) and
-      0.21x-1.65x (TVM's Python, four runs), reaching once in eight; on ORT
-      seeds 3 and 4 all four hedged campaigns ended above all four unhedged
-      ones in total blocks.
+      pairs. Without the hedge the ORT and Python seeds gave 0.51x-0.93x (ORT,
+      four runs) and 0.21x-1.65x (TVM's Python, four runs), reaching once in
+      eight; on ORT seeds 3 and 4 all four hedged campaigns ended above all
+      four unhedged ones in total blocks.
       The hedge's tests are observed like the others (unbiased evidence for
       every arm) and counted in `hedged`; `fuzz --hedge 0` steers every test.
       Why half: on ORT seeds 3 and 4, 0.3 and 0.7 gave 1.24x and 1.37x the
