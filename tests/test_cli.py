@@ -159,7 +159,8 @@ def test_resume_gives_back_the_flags_that_made_the_campaign(tmp_path, feedback):
     from nnsmith_cov.ops import select_ops
 
     gen = GenConfig(nodes=7, ops=select_ops(["Add", "Relu"]), opsets=(13, 17))
-    knobs = dict(mutation=True, grow_max=(12, 20), hedge=0.3) if feedback else dict(vary_size=True)
+    # without feedback `fuzz` stores hedge 0: nothing is hedged
+    knobs = dict(mutation=True, grow_max=(12, 20), hedge=0.3) if feedback else dict(vary_size=True, hedge=0.0)
     cfg = FuzzConfig(gen, CaseSettings(["ort"]), seed=5, max_tests=9, feedback=feedback, collector="python", **knobs)
     (tmp_path / "config.json").write_text(json.dumps(cfg.to_json() | {"versions": {}}))
     args = argparse.Namespace(resume=tmp_path, time=None, tests=None, plugin=[], cov_targets=[], pass_filter=None)
